@@ -7,7 +7,7 @@ import (
 )
 
 // coreValidators lists the validation of the core/v1 kinds.
-func coreValidators() map[schema.GroupKind]Funcs {
+func coreValidators(opts Options) map[schema.GroupKind]Funcs {
 	return map[schema.GroupKind]Funcs{}
 }
 

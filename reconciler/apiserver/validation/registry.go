@@ -4,6 +4,8 @@
 package validation
 
 import (
+	"net/netip"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -17,11 +19,24 @@ type Funcs struct {
 	StatusUpdate func(obj, old runtime.Object) field.ErrorList
 }
 
+// Options carries the site settings that validation depends on.
+type Options struct {
+	// ServiceCIDR is the range ClusterIPs are allocated from (default 10.96.0.0/12).
+	ServiceCIDR netip.Prefix
+	// NodePortMin and NodePortMax bound spec.ports[].nodePort (default 30000-32767).
+	NodePortMin, NodePortMax int32
+}
+
+// DefaultOptions returns the defaults of ARCHITECTURE.md.
+func DefaultOptions() Options {
+	return Options{ServiceCIDR: netip.MustParsePrefix("10.96.0.0/12"), NodePortMin: 30000, NodePortMax: 32767}
+}
+
 // For returns the validation for a kind, and false when the kind has none.
-func For(gk schema.GroupKind) (Funcs, bool) {
-	if f, ok := coreValidators()[gk]; ok {
+func For(gk schema.GroupKind, opts Options) (Funcs, bool) {
+	if f, ok := coreValidators(opts)[gk]; ok {
 		return f, true
 	}
-	f, ok := groupValidators()[gk]
+	f, ok := groupValidators(opts)[gk]
 	return f, ok
 }
