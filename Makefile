@@ -1,0 +1,76 @@
+# Flotilla build, test and demo. Every target installs what it needs (Debian packages, Go
+# modules) so that it works on a fresh Debian 12 machine as root.
+
+SHELL        := /bin/bash
+GO           ?= go
+KUBE_VERSION ?= v1.37.2
+VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT       := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+BIN          := $(CURDIR)/bin
+export CGO_ENABLED := 0
+export GOFLAGS     := -buildvcs=false
+
+# Debian packages needed at run time and by the tests (see ARCHITECTURE.md).
+DEB_PACKAGES := containerd runc containernetworking-plugins nftables iproute2 git ca-certificates
+
+KUBE_LDFLAGS := $(foreach p,k8s.io/client-go/pkg/version k8s.io/component-base/version,\
+	-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=37 \
+	-X $(p).gitCommit=$(COMMIT) -X $(p).gitTreeState=clean)
+LDFLAGS := -s -w $(KUBE_LDFLAGS) -X main.flotillaVersion=$(VERSION)
+
+GO_TEST_TIMEOUT ?= 25m
+
+.PHONY: all deps build kubectl generate verify-generate test unit-test lint demo demo-down bench clean
+
+all: build
+
+## deps: install the Debian packages (once) and download the Go modules.
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	$(GO) mod download
+
+## build: bin/flotilla, static (CGO_ENABLED=0), version-stamped for `kubectl version`.
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/flotilla ./cmd/flotilla
+
+## kubectl: bin/kubectl from k8s.io/kubectl $(KUBE_VERSION) (module hack/kubectl).
+kubectl: $(BIN)/kubectl
+$(BIN)/kubectl: hack/kubectl/go.mod hack/kubectl/main.go
+	KUBE_VERSION=$(KUBE_VERSION) hack/build-kubectl.sh $(BIN)/kubectl
+
+include mk/generate.mk
+
+## lint: go vet and a gofmt check.
+lint:
+	$(GO) vet ./...
+	@bad=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^hack/kubectl/')); \
+	if [ -n "$$bad" ]; then echo "gofmt would change: $$bad"; exit 1; fi
+
+## unit-test: the tests that need nothing but Go.
+unit-test:
+	$(GO) test -count=1 ./reconciler/... ./cmd/...
+
+## test: everything, against real processes (etcd, the agent, kubectl).
+test: deps build kubectl lint
+	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl \
+		$(GO) test -count=1 -timeout $(GO_TEST_TIMEOUT) -p 1 ./...
+
+## demo: start a site and print how to use it (see README).
+demo: deps build kubectl
+	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl hack/demo.sh up
+
+demo-down:
+	FLOTILLA_BIN=$(BIN)/flotilla hack/demo.sh down
+
+## bench: measurements that are too slow for `make test`; prints figures.
+bench: deps build kubectl
+	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl \
+		$(GO) test -run '^$$' -bench . -benchtime 200x -timeout 30m ./test/... ./reconciler/...
+
+clean:
+	rm -rf $(BIN)

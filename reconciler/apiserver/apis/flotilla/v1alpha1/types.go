@@ -1,0 +1,238 @@
+package v1alpha1
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Defaults the server applies to a GitSource (see reconciler/apiserver defaulting).
+const (
+	// DefaultBranch is checked out when spec.ref names no branch, tag or commit.
+	DefaultBranch = "main"
+	// DefaultInterval is the fetch interval when spec.interval is unset or zero.
+	DefaultInterval = time.Minute
+)
+
+// Condition types recorded in GitSourceStatus.Conditions (the flux/kstatus set).
+const (
+	// ConditionReady is True when the last attempted revision was fetched, verified,
+	// rendered and applied, and the applied objects are healthy.
+	ConditionReady = "Ready"
+	// ConditionReconciling is True while a fetch/apply of a new revision is in progress.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True when reconciliation cannot progress without a change by
+	// a human (bad URL, failed verification, invalid manifests).
+	ConditionStalled = "Stalled"
+)
+
+// Values of GitSourceStatus.Health.
+const (
+	HealthHealthy     = "Healthy"
+	HealthProgressing = "Progressing"
+	HealthDegraded    = "Degraded"
+	HealthUnknown     = "Unknown"
+)
+
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// GitSource is a git repository (at a ref and path) whose rendered manifests
+// Flotilla applies to the cluster and keeps applied.
+// +k8s:supportsSubresource="/status"
+type GitSource struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object's metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired state: where to fetch from and how to apply.
+	// +optional
+	Spec GitSourceSpec `json:"spec,omitempty"`
+
+	// Status is what the last reconciliation observed and did.
+	// +optional
+	Status GitSourceStatus `json:"status,omitempty"`
+}
+
+// GitSourceSpec says which git repository, ref and path to apply, how often, and how.
+type GitSourceSpec struct {
+	// URL of the git repository: https://, ssh://, git@host:path, or file:// for a local repository.
+	// +required
+	// +k8s:validation:minLength=1
+	URL string `json:"url"`
+
+	// Ref is the git reference to check out: at most one of branch, tag or commit.
+	// The server sets branch "main" when none is given.
+	// +optional
+	Ref *GitRef `json:"ref,omitempty"`
+
+	// Path is the directory inside the repository to render (kustomization or plain
+	// manifests). Defaults to the repository root.
+	// +optional
+	Path string `json:"path,omitempty"`
+
+	// Interval is how often the repository is fetched and the objects re-applied.
+	// The server sets 1m when it is unset or zero.
+	// +optional
+	// +default="1m"
+	Interval metav1.Duration `json:"interval,omitempty"`
+
+	// Timeout bounds one fetch/render/apply round. Defaults to the interval.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// SecretRef names a Secret in the GitSource's namespace with the credentials for
+	// the remote: "username"/"password" (HTTPS) or "identity"/"known_hosts" (SSH).
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+
+	// Verify, when set, requires the fetched commit to be signed by a trusted key.
+	// +optional
+	Verify *GitVerification `json:"verify,omitempty"`
+
+	// Prune deletes objects that were applied from an earlier revision and are no
+	// longer rendered. The server sets true when unset.
+	// +optional
+	// +default=true
+	Prune *bool `json:"prune,omitempty"`
+
+	// DependsOn lists GitSources that must be Ready before this one is applied.
+	// +optional
+	// +listType=atomic
+	DependsOn []NamespacedObjectReference `json:"dependsOn,omitempty"`
+
+	// Suspend stops fetching and applying; the objects already applied stay as they are.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+}
+
+// GitRef selects what to check out. At most one field may be set.
+// +k8s:validation:maxProperties=1
+type GitRef struct {
+	// Branch to follow (its head is re-resolved on every fetch).
+	// +optional
+	Branch string `json:"branch,omitempty"`
+
+	// Tag to check out.
+	// +optional
+	Tag string `json:"tag,omitempty"`
+
+	// Commit SHA-1 to check out (full 40 hex digits).
+	// +optional
+	Commit string `json:"commit,omitempty"`
+}
+
+// LocalObjectReference names an object in the same namespace as the referrer.
+// +structType=atomic
+type LocalObjectReference struct {
+	// Name of the referent.
+	// +required
+	Name string `json:"name"`
+}
+
+// NamespacedObjectReference names an object, by default in the referrer's namespace.
+// +structType=atomic
+type NamespacedObjectReference struct {
+	// Namespace of the referent; the referrer's namespace when empty.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+
+	// Name of the referent.
+	// +required
+	Name string `json:"name"`
+}
+
+// VerifyMode says which commits must carry a trusted signature.
+// +enum
+type VerifyMode string
+
+const (
+	// VerifyModeNone fetches without checking signatures.
+	VerifyModeNone VerifyMode = "none"
+	// VerifyModeHead requires the checked-out commit (the head of the ref) to be signed.
+	VerifyModeHead VerifyMode = "head"
+)
+
+// GitVerification configures signature verification of the fetched commit.
+type GitVerification struct {
+	// Mode is "none" or "head".
+	// +required
+	Mode VerifyMode `json:"mode"`
+
+	// SecretRef names a Secret in the GitSource's namespace whose data values are the
+	// trusted public keys (OpenPGP armored or SSH authorized_keys lines).
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+}
+
+// GitSourceStatus is what the last reconciliation observed and did.
+type GitSourceStatus struct {
+	// ObservedGeneration is the metadata.generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions are Ready, Reconciling and Stalled, each with a reason and a message
+	// a human can act on.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// LastFetchedRevision is the last revision fetched (and verified), as "<ref>@sha1:<commit>".
+	// +optional
+	LastFetchedRevision string `json:"lastFetchedRevision,omitempty"`
+
+	// LastAppliedRevision is the last revision applied successfully.
+	// +optional
+	LastAppliedRevision string `json:"lastAppliedRevision,omitempty"`
+
+	// LastAttemptedRevision is the last revision an apply was attempted for, successful or not.
+	// +optional
+	LastAttemptedRevision string `json:"lastAttemptedRevision,omitempty"`
+
+	// Inventory lists the objects applied from LastAppliedRevision; pruning deletes
+	// the entries that the next revision no longer renders.
+	// +optional
+	Inventory *ResourceInventory `json:"inventory,omitempty"`
+
+	// Health summarises the applied objects: Healthy, Progressing, Degraded or Unknown.
+	// +optional
+	Health string `json:"health,omitempty"`
+}
+
+// ResourceInventory is the set of objects a GitSource applied.
+type ResourceInventory struct {
+	// Entries, one per applied object.
+	// +optional
+	// +listType=map
+	// +listMapKey=id
+	Entries []ResourceRef `json:"entries,omitempty"`
+}
+
+// ResourceRef identifies one applied object.
+type ResourceRef struct {
+	// ID is "<namespace>_<name>_<group>_<kind>" (namespace and group empty for
+	// cluster-scoped objects and the core group).
+	// +required
+	ID string `json:"id"`
+
+	// Version is the API version of the object as applied (e.g. "v1").
+	// +required
+	Version string `json:"v"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// GitSourceList is a list of GitSources.
+type GitSourceList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	// Items is the list of GitSources.
+	Items []GitSource `json:"items"`
+}

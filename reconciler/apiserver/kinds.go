@@ -1,0 +1,219 @@
+package apiserver
+
+import (
+	"context"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/flotilla-dev/flotilla/reconciler/apiserver/defaults"
+)
+
+// applyKindHooks adds the per-kind normalisation that Kubernetes' own strategies do.
+func applyKindHooks(s *strategy) {
+	switch s.gvk.GroupKind().String() {
+	case "Pod":
+		s.prepareCreate = func(ctx context.Context, obj runtime.Object) {
+			pod := obj.(*corev1.Pod)
+			pod.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: qosClass(pod)}
+		}
+	case "Namespace":
+		s.prepareCreate = func(ctx context.Context, obj runtime.Object) {
+			ns := obj.(*corev1.Namespace)
+			ns.Status = corev1.NamespaceStatus{Phase: corev1.NamespaceActive}
+			defaults.PrepareNamespaceForCreate(ns)
+			setNamespaceNameLabel(ns)
+		}
+		s.prepareUpdate = func(ctx context.Context, obj, old runtime.Object) {
+			ns, oldNS := obj.(*corev1.Namespace), old.(*corev1.Namespace)
+			// spec.finalizers change only through namespaces/finalize.
+			ns.Spec.Finalizers = oldNS.Spec.Finalizers
+			setNamespaceNameLabel(ns)
+		}
+	case "Node":
+		s.keepStatusOnCreate = true
+	case "PersistentVolume":
+		s.prepareCreate = func(ctx context.Context, obj runtime.Object) {
+			obj.(*corev1.PersistentVolume).Status = corev1.PersistentVolumeStatus{Phase: corev1.VolumePending}
+		}
+	case "PersistentVolumeClaim":
+		s.prepareCreate = func(ctx context.Context, obj runtime.Object) {
+			obj.(*corev1.PersistentVolumeClaim).Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending}
+		}
+	case "Job.batch":
+		s.prepareCreate = func(ctx context.Context, obj runtime.Object) {
+			defaults.PrepareJobForCreate(obj.(*batchv1.Job))
+		}
+	case "Deployment.apps":
+		s.prepareUpdate = func(ctx context.Context, obj, old runtime.Object) {
+			d, od := obj.(*appsv1.Deployment), old.(*appsv1.Deployment)
+			// A changed annotation set can ask for a rollback: count it as a new generation
+			// like upstream does.
+			if d.Generation == od.Generation && !equalStringMaps(d.Annotations, od.Annotations) && d.Annotations[deprecatedRollbackTo] != "" {
+				d.Generation = od.Generation + 1
+			}
+		}
+	}
+}
+
+const deprecatedRollbackTo = "deprecated.deployment.rollback.to"
+
+func equalStringMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if bv, ok := b[k]; !ok || bv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// setNamespaceNameLabel keeps the immutable kubernetes.io/metadata.name label.
+func setNamespaceNameLabel(ns *corev1.Namespace) {
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	ns.Labels[corev1.LabelMetadataName] = ns.Name
+}
+
+// qosClass computes status.qosClass from the containers' requests and limits.
+func qosClass(pod *corev1.Pod) corev1.PodQOSClass {
+	containers := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
+	anySet, guaranteed := false, true
+	for _, c := range containers {
+		for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			req, hasReq := c.Resources.Requests[res]
+			lim, hasLim := c.Resources.Limits[res]
+			if hasReq || hasLim {
+				anySet = true
+			}
+			if !hasLim || (hasReq && req.Cmp(lim) != 0) {
+				guaranteed = false
+			}
+		}
+	}
+	switch {
+	case !anySet:
+		return corev1.PodQOSBestEffort
+	case guaranteed:
+		return corev1.PodQOSGuaranteed
+	default:
+		return corev1.PodQOSBurstable
+	}
+}
+
+// podDeleteStrategy makes pod deletion graceful: a pod bound to a node keeps running for its
+// grace period and is removed when the node agent confirms with a zero grace period.
+type podDeleteStrategy struct {
+	*strategy
+}
+
+func (podDeleteStrategy) CheckGracefulDelete(ctx context.Context, obj runtime.Object, options *metav1.DeleteOptions) bool {
+	if options == nil {
+		return false
+	}
+	pod := obj.(*corev1.Pod)
+	period := int64(corev1.DefaultTerminationGracePeriodSeconds)
+	if options.GracePeriodSeconds != nil {
+		period = *options.GracePeriodSeconds
+	} else if pod.Spec.TerminationGracePeriodSeconds != nil {
+		period = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	// Nothing runs a pod that is not bound or has finished: delete it at once.
+	if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		period = 0
+	}
+	if period < 0 {
+		period = 1
+	}
+	options.GracePeriodSeconds = &period
+	return true
+}
+
+// attrFuncFor returns the labels and selectable fields of a resource's objects.
+func attrFuncFor(r resource) storage.AttrFunc {
+	return func(obj runtime.Object) (labels.Set, fields.Set, error) {
+		m := objectMeta(obj)
+		fs := fields.Set{"metadata.name": m.GetName()}
+		if r.namespaced {
+			fs["metadata.namespace"] = m.GetNamespace()
+		}
+		switch o := obj.(type) {
+		case *corev1.Pod:
+			fs["spec.nodeName"] = o.Spec.NodeName
+			fs["spec.restartPolicy"] = string(o.Spec.RestartPolicy)
+			fs["spec.schedulerName"] = o.Spec.SchedulerName
+			fs["spec.serviceAccountName"] = o.Spec.ServiceAccountName
+			fs["spec.hostNetwork"] = boolString(o.Spec.HostNetwork)
+			fs["status.phase"] = string(o.Status.Phase)
+			fs["status.podIP"] = o.Status.PodIP
+			fs["status.nominatedNodeName"] = o.Status.NominatedNodeName
+			ips := ""
+			for i, ip := range o.Status.PodIPs {
+				if i > 0 {
+					ips += ","
+				}
+				ips += ip.IP
+			}
+			fs["status.podIPs"] = ips
+		case *corev1.Event:
+			fs["involvedObject.kind"] = o.InvolvedObject.Kind
+			fs["involvedObject.namespace"] = o.InvolvedObject.Namespace
+			fs["involvedObject.name"] = o.InvolvedObject.Name
+			fs["involvedObject.uid"] = string(o.InvolvedObject.UID)
+			fs["involvedObject.apiVersion"] = o.InvolvedObject.APIVersion
+			fs["involvedObject.resourceVersion"] = o.InvolvedObject.ResourceVersion
+			fs["involvedObject.fieldPath"] = o.InvolvedObject.FieldPath
+			fs["reason"] = o.Reason
+			fs["reportingComponent"] = o.ReportingController
+			fs["source"] = o.Source.Component
+			fs["type"] = o.Type
+		case *eventsv1.Event:
+			fs["regarding.kind"] = o.Regarding.Kind
+			fs["regarding.namespace"] = o.Regarding.Namespace
+			fs["regarding.name"] = o.Regarding.Name
+			fs["regarding.uid"] = string(o.Regarding.UID)
+			fs["regarding.apiVersion"] = o.Regarding.APIVersion
+			fs["regarding.resourceVersion"] = o.Regarding.ResourceVersion
+			fs["regarding.fieldPath"] = o.Regarding.FieldPath
+			fs["reason"] = o.Reason
+			fs["reportingController"] = o.ReportingController
+			fs["type"] = o.Type
+		case *corev1.Secret:
+			fs["type"] = string(o.Type)
+		case *corev1.Namespace:
+			fs["status.phase"] = string(o.Status.Phase)
+		case *corev1.Node:
+			fs["spec.unschedulable"] = boolString(o.Spec.Unschedulable)
+		case *corev1.Service:
+			fs["spec.clusterIP"] = o.Spec.ClusterIP
+			fs["spec.type"] = string(o.Spec.Type)
+		case *corev1.PersistentVolume:
+			fs["name"] = o.Name
+		case *appsv1.ReplicaSet:
+			fs["status.replicas"] = itoa32(o.Status.Replicas)
+		case *batchv1.Job:
+			fs["status.successful"] = itoa32(o.Status.Succeeded)
+		}
+		return labels.Set(m.GetLabels()), fs, nil
+	}
+}
+
+func boolString(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+
+func itoa32(n int32) string { return strconv.Itoa(int(n)) }

@@ -1,0 +1,227 @@
+// Package apiserver serves the Kubernetes API of a Flotilla site: the k8s.io/api kinds (and our
+// flotilla.dev group) on k8s.io/apiserver's generic registry over etcd, with our own
+// defaulting, validation, tables and subresources.
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle"
+	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
+	"k8s.io/apiserver/pkg/authentication/token/tokenfile"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/registry/rest"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	serverstorage "k8s.io/apiserver/pkg/server/storage"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/util/compatibility"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
+
+	"github.com/flotilla-dev/flotilla/reconciler/apiserver/openapi"
+	"github.com/flotilla-dev/flotilla/reconciler/apiserver/validation"
+)
+
+// Config is what the agent tells the API server.
+type Config struct {
+	// BindAddress and Port are where the API listens (TLS).
+	BindAddress net.IP
+	Port        int
+	// AdvertiseAddress is the address other hosts and clients use.
+	AdvertiseAddress net.IP
+	// ServingCertFile and ServingKeyFile are the API's TLS certificate, signed by the site CA.
+	ServingCertFile, ServingKeyFile string
+	// Etcd is where objects are stored.
+	Etcd EtcdClientConfig
+	// Tokens maps bearer tokens to users.
+	Tokens map[string]*user.DefaultInfo
+	// Validation carries the service CIDR and node port range.
+	Validation validation.Options
+}
+
+// EtcdClientConfig locates the etcd cluster and the client certificate for it.
+type EtcdClientConfig struct {
+	Servers                   []string
+	CAFile, CertFile, KeyFile string
+}
+
+// Server is a configured API server, ready to Run.
+type Server struct {
+	generic  *genericapiserver.GenericAPIServer
+	informer informers.SharedInformerFactory
+	// Loopback is a privileged client configuration for in-process users of the API.
+	Loopback *restclient.Config
+}
+
+// SystemNamespaces are created on start and can never be deleted.
+var SystemNamespaces = []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic, corev1.NamespaceNodeLease}
+
+// New builds the API server.
+func New(cfg Config) (*Server, error) {
+	scheme := NewScheme()
+	codecs := serializer.NewCodecFactory(scheme)
+
+	gc := genericapiserver.NewConfig(codecs)
+	gc.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+	gc.PublicAddress = cfg.AdvertiseAddress
+	gc.ShutdownWatchTerminationGracePeriod = 0
+
+	serving := genericoptions.NewSecureServingOptions().WithLoopback()
+	serving.BindAddress = cfg.BindAddress
+	serving.BindPort = cfg.Port
+	serving.ServerCert.CertKey.CertFile = cfg.ServingCertFile
+	serving.ServerCert.CertKey.KeyFile = cfg.ServingKeyFile
+	if err := serving.ApplyTo(&gc.SecureServing, &gc.LoopbackClientConfig); err != nil {
+		return nil, fmt.Errorf("configure serving on %s:%d: %w", cfg.BindAddress, cfg.Port, err)
+	}
+
+	// Bearer tokens only, no anonymous access: a request without a valid token gets 401.
+	gc.Authentication.Authenticator = bearertoken.New(tokenfile.New(cfg.Tokens))
+	gc.Authorization.Authorizer = authorizerfactory.NewAlwaysAllowAuthorizer()
+	genericapiserver.AuthorizeClientBearerToken(gc.LoopbackClientConfig, &gc.Authentication, &gc.Authorization)
+
+	namer := openapi.Namer(scheme)
+	gc.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(openapi.GetOpenAPIDefinitions, namer)
+	gc.OpenAPIConfig.Info.Title = "Flotilla"
+	gc.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(openapi.GetOpenAPIDefinitions, namer)
+	gc.OpenAPIV3Config.Info.Title = "Flotilla"
+
+	etcdOpts := genericoptions.NewEtcdOptions(storagebackend.NewDefaultConfig("/registry", nil))
+	etcdOpts.StorageConfig.Transport.ServerList = cfg.Etcd.Servers
+	etcdOpts.StorageConfig.Transport.TrustedCAFile = cfg.Etcd.CAFile
+	etcdOpts.StorageConfig.Transport.CertFile = cfg.Etcd.CertFile
+	etcdOpts.StorageConfig.Transport.KeyFile = cfg.Etcd.KeyFile
+	etcdOpts.DefaultStorageMediaType = runtime.ContentTypeJSON
+	resourceConfig := serverstorage.NewResourceConfig()
+	resourceConfig.EnableVersions(servedGroupVersions()...)
+	factory := serverstorage.NewDefaultStorageFactory(etcdOpts.StorageConfig, runtime.ContentTypeJSON, codecs,
+		serverstorage.NewDefaultResourceEncodingConfigForEffectiveVersion(scheme, gc.EffectiveVersion), resourceConfig, nil)
+	if err := etcdOpts.ApplyWithStorageFactoryTo(factory, gc); err != nil {
+		return nil, fmt.Errorf("configure etcd storage %v: %w", cfg.Etcd.Servers, err)
+	}
+
+	client, err := kubernetes.NewForConfig(gc.LoopbackClientConfig)
+	if err != nil {
+		return nil, fmt.Errorf("loopback client: %w", err)
+	}
+	informerFactory := informers.NewSharedInformerFactory(client, 10*time.Minute)
+	nsLifecycle, err := lifecycle.NewLifecycle(sets.New(SystemNamespaces...))
+	if err != nil {
+		return nil, err
+	}
+	nsLifecycle.SetExternalKubeClientSet(client)
+	nsLifecycle.SetExternalKubeInformerFactory(informerFactory)
+	if err := nsLifecycle.ValidateInitialization(); err != nil {
+		return nil, fmt.Errorf("namespace lifecycle admission: %w", err)
+	}
+	gc.AdmissionControl = admission.NewChainHandler(nsLifecycle)
+
+	completed := gc.Complete(informerFactory)
+	generic, err := completed.New("flotilla-apiserver", genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, fmt.Errorf("create API server: %w", err)
+	}
+	if err := installAPIs(generic, scheme, codecs, gc.RESTOptionsGetter, cfg.Validation); err != nil {
+		return nil, err
+	}
+	s := &Server{generic: generic, informer: informerFactory, Loopback: gc.LoopbackClientConfig}
+	generic.AddPostStartHookOrDie("flotilla-start-informers", func(hc genericapiserver.PostStartHookContext) error {
+		informerFactory.Start(hc.Done())
+		return nil
+	})
+	generic.AddPostStartHookOrDie("flotilla-system-namespaces", func(hc genericapiserver.PostStartHookContext) error {
+		return ensureNamespaces(hc, client)
+	})
+	return s, nil
+}
+
+// Run serves until ctx is cancelled.
+func (s *Server) Run(ctx context.Context) error {
+	return s.generic.PrepareRun().RunWithContext(ctx)
+}
+
+// ensureNamespaces creates the system namespaces, retrying until the API answers.
+func ensureNamespaces(ctx context.Context, client kubernetes.Interface) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, name := range SystemNamespaces {
+			_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// installAPIs creates the storage of every served resource and installs the API groups.
+func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, codecs serializer.CodecFactory, optsGetter generic.RESTOptionsGetter, vopts validation.Options) error {
+	groups := map[string]*genericapiserver.APIGroupInfo{}
+	var order []string
+	stores := map[schema.GroupResource]*store{}
+	strategies := map[schema.GroupResource]*strategy{}
+	for _, r := range servedResources() {
+		info, ok := groups[r.gv.Group]
+		if !ok {
+			gi := genericapiserver.NewDefaultAPIGroupInfo(r.gv.Group, scheme, metav1.ParameterCodec, codecs)
+			info = &gi
+			groups[r.gv.Group] = info
+			order = append(order, r.gv.Group)
+		}
+		st, strat, err := newStore(scheme, r, optsGetter, vopts)
+		if err != nil {
+			return err
+		}
+		wrapped := &store{Store: st, shortNames: r.shortNames, categories: r.categories}
+		stores[r.groupResource()] = wrapped
+		strategies[r.groupResource()] = strat
+		m := info.VersionedResourcesStorageMap[r.gv.Version]
+		if m == nil {
+			m = map[string]rest.Storage{}
+			info.VersionedResourcesStorageMap[r.gv.Version] = m
+		}
+		m[r.plural] = wrapped
+		if r.status {
+			m[r.plural+"/status"] = newStatusREST(st, strat)
+		}
+		if r.scale != nil {
+			m[r.plural+"/scale"] = &scaleREST{store: st, access: r.scale, gr: r.groupResource()}
+		}
+	}
+	core := groups[""].VersionedResourcesStorageMap["v1"]
+	podStore := stores[corev1.Resource("pods")]
+	core["pods/binding"] = &bindingREST{pods: podStore.Store}
+	core["pods/eviction"] = &evictionREST{pods: podStore.Store, pdbs: stores[schema.GroupResource{Group: "policy", Resource: "poddisruptionbudgets"}].Store}
+	nsStore := stores[corev1.Resource("namespaces")]
+	core["namespaces"] = &namespaceREST{store: nsStore}
+	core["namespaces/finalize"] = newFinalizeREST(nsStore.Store, strategies[corev1.Resource("namespaces")])
+
+	if err := s.InstallLegacyAPIGroup(genericapiserver.DefaultLegacyAPIPrefix, groups[""]); err != nil {
+		return fmt.Errorf("install core API: %w", err)
+	}
+	var infos []*genericapiserver.APIGroupInfo
+	for _, g := range order {
+		if g != "" {
+			infos = append(infos, groups[g])
+		}
+	}
+	if err := s.InstallAPIGroups(infos...); err != nil {
+		return fmt.Errorf("install API groups: %w", err)
+	}
+	return nil
+}

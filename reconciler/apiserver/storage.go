@@ -1,0 +1,120 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage/names"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/flotilla-dev/flotilla/reconciler/apiserver/printers"
+	"github.com/flotilla-dev/flotilla/reconciler/apiserver/validation"
+)
+
+// store is a generic registry Store that also reports kubectl's short names and categories.
+type store struct {
+	*genericregistry.Store
+	shortNames []string
+	categories []string
+}
+
+func (s *store) ShortNames() []string { return s.shortNames }
+func (s *store) Categories() []string { return s.categories }
+
+var (
+	_ rest.ShortNamesProvider = &store{}
+	_ rest.CategoriesProvider = &store{}
+)
+
+// newStrategy builds the strategy of a resource from its validation and kind hooks.
+func newStrategy(scheme *runtime.Scheme, r resource, opts validation.Options) *strategy {
+	s := &strategy{
+		ObjectTyper:   scheme,
+		NameGenerator: names.SimpleNameGenerator,
+		gvk:           r.gvk(),
+		namespaced:    r.namespaced,
+		hasStatus:     r.status,
+	}
+	s.funcs, s.hasFuncs = validation.For(r.gvk().GroupKind(), opts)
+	applyKindHooks(s)
+	return s
+}
+
+// newStore creates the registry Store of one resource.
+func newStore(scheme *runtime.Scheme, r resource, optsGetter generic.RESTOptionsGetter, vopts validation.Options) (*genericregistry.Store, *strategy, error) {
+	strat := newStrategy(scheme, r, vopts)
+	var deleteStrategy rest.RESTDeleteStrategy = strat
+	if r.kind == "Pod" && r.gv.Group == "" {
+		deleteStrategy = podDeleteStrategy{strat}
+	}
+	s := &genericregistry.Store{
+		NewFunc:                   r.newObj,
+		NewListFunc:               r.newList,
+		DefaultQualifiedResource:  r.groupResource(),
+		SingularQualifiedResource: r.gv.WithResource(r.singular).GroupResource(),
+		CreateStrategy:            strat,
+		UpdateStrategy:            strat,
+		DeleteStrategy:            deleteStrategy,
+		ResetFieldsStrategy:       strat,
+		TableConvertor:            printers.TableConvertor(r.groupResource()),
+	}
+	if err := s.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: attrFuncFor(r)}); err != nil {
+		return nil, nil, fmt.Errorf("storage for %s: %w", r.groupResource(), err)
+	}
+	return s, strat, nil
+}
+
+// statusREST serves the status subresource: only status is written.
+type statusREST struct {
+	store *genericregistry.Store
+}
+
+func newStatusREST(main *genericregistry.Store, strat *strategy) *statusREST {
+	st := *main
+	ss := statusStrategy{strat}
+	st.UpdateStrategy = ss
+	st.ResetFieldsStrategy = ss
+	st.CreateStrategy = nil
+	return &statusREST{store: &st}
+}
+
+var (
+	_ rest.Patcher             = &statusREST{}
+	_ rest.ResetFieldsStrategy = &statusREST{}
+)
+
+func (r *statusREST) New() runtime.Object { return r.store.New() }
+
+// Destroy does nothing: the storage is shared with the main resource.
+func (r *statusREST) Destroy() {}
+
+func (r *statusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	return r.store.Get(ctx, name, options)
+}
+
+func (r *statusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	// Subresources never create.
+	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+}
+
+func (r *statusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return r.store.GetResetFields()
+}
+
+func (r *statusREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	return r.store.ConvertToTable(ctx, object, tableOptions)
+}
+
+func objectMeta(obj runtime.Object) metav1.Object {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		panic(fmt.Sprintf("%T has no object meta: %v", obj, err))
+	}
+	return m
+}

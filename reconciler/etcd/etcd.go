@@ -1,0 +1,114 @@
+// Package etcd runs the embedded etcd member of a host: its lifecycle now, and (with the
+// multi-host issue) membership driven by gossip.
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Config describes the member to run.
+type Config struct {
+	// Name identifies the member (the host name, never its address).
+	Name string
+	// DataDir holds the member's data (DIR/etcd).
+	DataDir string
+	// ClientURL and PeerURL are where the member listens and what it advertises.
+	ClientURL, PeerURL url.URL
+	// TLS: the site CA and this member's server (client-facing) and peer certificates.
+	CAFile                string
+	ServerCert, ServerKey string
+	PeerCert, PeerKey     string
+	// ReadyTimeout bounds how long Start waits for the member to serve.
+	ReadyTimeout time.Duration
+	// Logger receives etcd's logs; nil logs warnings and errors to stderr.
+	Logger *zap.Logger
+}
+
+// Member is a running embedded etcd member.
+type Member struct {
+	e   *embed.Etcd
+	cfg Config
+}
+
+// Start starts a member. A new data directory bootstraps a one-member cluster; an existing
+// one restarts the member with its data.
+func Start(ctx context.Context, cfg Config) (*Member, error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, err
+	}
+	ec := embed.NewConfig()
+	ec.Name = cfg.Name
+	ec.Dir = cfg.DataDir
+	ec.ListenClientUrls = []url.URL{cfg.ClientURL}
+	ec.AdvertiseClientUrls = []url.URL{cfg.ClientURL}
+	ec.ListenPeerUrls = []url.URL{cfg.PeerURL}
+	ec.AdvertisePeerUrls = []url.URL{cfg.PeerURL}
+	ec.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, cfg.PeerURL.String())
+	ec.InitialClusterToken = "flotilla"
+	ec.ClusterState = embed.ClusterStateFlagNew
+	ec.ClientTLSInfo = transport.TLSInfo{
+		CertFile: cfg.ServerCert, KeyFile: cfg.ServerKey, TrustedCAFile: cfg.CAFile, ClientCertAuth: true,
+	}
+	ec.PeerTLSInfo = transport.TLSInfo{
+		CertFile: cfg.PeerCert, KeyFile: cfg.PeerKey, TrustedCAFile: cfg.CAFile, ClientCertAuth: true,
+	}
+	// Keep history for watches; the API server compacts on its own schedule too.
+	ec.AutoCompactionMode = "periodic"
+	ec.AutoCompactionRetention = "1h"
+	ec.ListenMetricsUrls = nil
+	lg := cfg.Logger
+	if lg == nil {
+		zc := zap.NewProductionConfig()
+		zc.Level = zap.NewAtomicLevelAt(zapcore.WarnLevel)
+		zc.OutputPaths = []string{"stderr"}
+		l, err := zc.Build()
+		if err != nil {
+			return nil, err
+		}
+		lg = l
+	}
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "member")); err == nil {
+		ec.ClusterState = embed.ClusterStateFlagExisting
+	}
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, fmt.Errorf("start etcd member %s in %s: %w", cfg.Name, cfg.DataDir, err)
+	}
+	timeout := cfg.ReadyTimeout
+	if timeout == 0 {
+		timeout = time.Minute
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("etcd member %s failed: %w", cfg.Name, err)
+	case <-time.After(timeout):
+		e.Close()
+		return nil, fmt.Errorf("etcd member %s not ready after %s", cfg.Name, timeout)
+	case <-ctx.Done():
+		e.Close()
+		return nil, ctx.Err()
+	}
+	return &Member{e: e, cfg: cfg}, nil
+}
+
+// ClientURLs returns the URLs clients use.
+func (m *Member) ClientURLs() []string { return []string{m.cfg.ClientURL.String()} }
+
+// Err reports a fatal error of the running member.
+func (m *Member) Err() <-chan error { return m.e.Err() }
+
+// Close stops the member.
+func (m *Member) Close() { m.e.Close() }

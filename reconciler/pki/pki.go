@@ -1,0 +1,235 @@
+// Package pki keeps a site's certificate authority and the certificates signed by it: the API
+// server's serving certificate and etcd's client and peer certificates.
+package pki
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// CA is a certificate authority loaded from, or created in, a directory.
+type CA struct {
+	Cert    *x509.Certificate
+	CertPEM []byte
+	key     crypto.Signer
+	dir     string
+}
+
+// Usage says what a certificate is for.
+type Usage int
+
+const (
+	// Server certificates are presented by listeners.
+	Server Usage = 1 << iota
+	// Client certificates are presented by clients.
+	Client
+)
+
+// Request describes a certificate to issue.
+type Request struct {
+	// Name is the file stem: DIR/Name.crt and DIR/Name.key.
+	Name         string
+	CommonName   string
+	Organization []string
+	DNSNames     []string
+	IPs          []net.IP
+	Usage        Usage
+}
+
+const (
+	caValidity   = 10 * 365 * 24 * time.Hour
+	certValidity = 5 * 365 * 24 * time.Hour
+)
+
+// LoadOrCreateCA loads DIR/ca.crt and DIR/ca.key, creating them on first start.
+func LoadOrCreateCA(dir, commonName string) (*CA, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	certPath, keyPath := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	if _, err := os.Stat(certPath); err == nil {
+		cert, certPEM, key, err := loadPair(certPath, keyPath)
+		if err != nil {
+			return nil, fmt.Errorf("load CA from %s: %w", dir, err)
+		}
+		return &CA{Cert: cert, CertPEM: certPEM, key: key, dir: dir}, nil
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: commonName, Organization: []string{"flotilla"}},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(caValidity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, err
+	}
+	cert, _ := x509.ParseCertificate(der)
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if err := writePair(certPath, keyPath, certPEM, key); err != nil {
+		return nil, err
+	}
+	return &CA{Cert: cert, CertPEM: certPEM, key: key, dir: dir}, nil
+}
+
+// Hash is the CA's pin, "sha256:<hex of the DER certificate>" (as in k3s join tokens).
+func (ca *CA) Hash() string {
+	sum := sha256.Sum256(ca.Cert.Raw)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// CertFile is the path of the CA certificate.
+func (ca *CA) CertFile() string { return filepath.Join(ca.dir, "ca.crt") }
+
+// Paths returns the certificate and key paths of a request's files.
+func (ca *CA) Paths(name string) (certFile, keyFile string) {
+	return filepath.Join(ca.dir, name+".crt"), filepath.Join(ca.dir, name+".key")
+}
+
+// Ensure issues the certificate unless a valid one with the same names already exists, and
+// returns its paths. A host whose address changed gets a new certificate with the same key.
+func (ca *CA) Ensure(req Request) (certFile, keyFile string, err error) {
+	certFile, keyFile = ca.Paths(req.Name)
+	var key crypto.Signer
+	if cert, _, k, err := loadPair(certFile, keyFile); err == nil {
+		if covers(cert, req) && time.Until(cert.NotAfter) > 30*24*time.Hour && cert.CheckSignatureFrom(ca.Cert) == nil {
+			return certFile, keyFile, nil
+		}
+		key = k
+	}
+	if key == nil {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return "", "", err
+		}
+		key = k
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: req.CommonName, Organization: req.Organization},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(certValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		DNSNames:     req.DNSNames,
+		IPAddresses:  req.IPs,
+	}
+	if req.Usage&Server != 0 {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+	}
+	if req.Usage&Client != 0 {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.key)
+	if err != nil {
+		return "", "", fmt.Errorf("sign %s: %w", req.Name, err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if err := writePair(certFile, keyFile, certPEM, key); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, nil
+}
+
+func covers(cert *x509.Certificate, req Request) bool {
+	if cert.Subject.CommonName != req.CommonName {
+		return false
+	}
+	for _, d := range req.DNSNames {
+		if !slices.Contains(cert.DNSNames, d) {
+			return false
+		}
+	}
+	for _, ip := range req.IPs {
+		if !slices.ContainsFunc(cert.IPAddresses, func(c net.IP) bool { return c.Equal(ip) }) {
+			return false
+		}
+	}
+	return true
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+func loadPair(certPath, keyPath string) (*x509.Certificate, []byte, crypto.Signer, error) {
+	certPEM, err := os.ReadFile(certPath)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	keyPEM, err := os.ReadFile(keyPath)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, nil, nil, errors.New("not PEM")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	k, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	signer, ok := k.(crypto.Signer)
+	if !ok {
+		return nil, nil, nil, errors.New("key cannot sign")
+	}
+	return cert, certPEM, signer, nil
+}
+
+func writePair(certPath, keyPath string, certPEM []byte, key crypto.Signer) error {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	if err := writeAtomic(keyPath, keyPEM, 0o600); err != nil {
+		return err
+	}
+	return writeAtomic(certPath, certPEM, 0o644)
+}
+
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// SameCA reports whether pemData holds the CA certificate.
+func (ca *CA) SameCA(pemData []byte) bool {
+	return bytes.Equal(bytes.TrimSpace(pemData), bytes.TrimSpace(ca.CertPEM))
+}

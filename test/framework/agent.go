@@ -1,0 +1,280 @@
+// Package framework starts real flotilla agents for tests: separate processes with their own
+// data directory and ports, driven with the real kubectl and client-go.
+package framework
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// RepoRoot is the root of the source tree.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// InCI reports whether the tests run in CI, where a missing prerequisite is a failure.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// FlotillaBin returns the agent binary: $FLOTILLA_BIN (set by make), or one built once.
+func FlotillaBin(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("FLOTILLA_BIN"); p != "" {
+		return p
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "flotilla-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "flotilla")
+		cmd := exec.Command("go", "build", "-o", builtBin, "./cmd/flotilla")
+		cmd.Dir = RepoRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build flotilla: %v", buildErr)
+	}
+	return builtBin
+}
+
+// KubectlBin returns the real kubectl: $KUBECTL (set by make) or bin/kubectl.
+func KubectlBin(t testing.TB) string {
+	t.Helper()
+	p := os.Getenv("KUBECTL")
+	if p == "" {
+		p = filepath.Join(RepoRoot(), "bin", "kubectl")
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("kubectl not found at %s: run `make kubectl` (or `make test`, which builds it)", p)
+	}
+	return p
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Agent is a flotilla agent process started by a test.
+type Agent struct {
+	Name       string
+	DataDir    string
+	Kubeconfig string
+	APIPort    int
+	Args       []string
+
+	t       testing.TB
+	cmd     *exec.Cmd
+	logs    *lockedBuffer
+	exited  chan struct{}
+	exitErr error
+}
+
+// AgentOptions tune StartAgent.
+type AgentOptions struct {
+	Name    string
+	DataDir string // default: a new t.TempDir()
+	Extra   []string
+}
+
+// StartAgent starts an agent on loopback and waits until its kubeconfig is written (the API
+// answers /readyz). The agent is stopped when the test ends.
+func StartAgent(t testing.TB, o AgentOptions) *Agent {
+	t.Helper()
+	if o.Name == "" {
+		o.Name = "host-1"
+	}
+	if o.DataDir == "" {
+		o.DataDir = t.TempDir()
+	}
+	a := &Agent{Name: o.Name, DataDir: o.DataDir, Kubeconfig: filepath.Join(o.DataDir, "kubeconfig"), t: t}
+	a.APIPort = FreePort(t)
+	a.Args = append([]string{"agent", "--data-dir", o.DataDir, "--name", o.Name, "--listen-address", "127.0.0.1",
+		"--api-port", strconv.Itoa(a.APIPort), "--etcd-client-port", strconv.Itoa(FreePort(t)),
+		"--etcd-peer-port", strconv.Itoa(FreePort(t))}, o.Extra...)
+	a.start()
+	t.Cleanup(func() { a.Stop() })
+	return a
+}
+
+func (a *Agent) start() {
+	a.t.Helper()
+	_ = os.Remove(a.Kubeconfig)
+	a.logs = &lockedBuffer{}
+	a.exited = make(chan struct{})
+	a.cmd = exec.Command(FlotillaBin(a.t), a.Args...)
+	a.cmd.Stdout = a.logs
+	a.cmd.Stderr = a.logs
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := a.cmd.Start(); err != nil {
+		a.t.Fatalf("start agent: %v", err)
+	}
+	go func() {
+		a.exitErr = a.cmd.Wait()
+		close(a.exited)
+	}()
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(a.Kubeconfig); err == nil {
+			return
+		}
+		select {
+		case <-a.exited:
+			a.t.Fatalf("agent exited before it was ready: %v\n%s", a.exitErr, a.logs.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	a.t.Fatalf("agent not ready after 90s:\n%s", a.logs.String())
+}
+
+// Restart stops the agent cleanly and starts it again on the same data and ports.
+func (a *Agent) Restart() {
+	a.t.Helper()
+	if _, err := a.Stop(); err != nil {
+		a.t.Fatalf("stop: %v", err)
+	}
+	a.start()
+}
+
+// Stop sends SIGTERM and waits for the process to exit; it returns how long that took.
+func (a *Agent) Stop() (time.Duration, error) {
+	if a.cmd == nil || a.cmd.Process == nil {
+		return 0, nil
+	}
+	select {
+	case <-a.exited:
+		return 0, a.exitErr
+	default:
+	}
+	start := time.Now()
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.exited:
+		return time.Since(start), a.exitErr
+	case <-time.After(30 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.exited
+		return time.Since(start), fmt.Errorf("agent did not exit within 30s of SIGTERM")
+	}
+}
+
+// Logs returns what the agent printed so far.
+func (a *Agent) Logs() string { return a.logs.String() }
+
+// RESTConfig returns a client configuration from the agent's kubeconfig.
+func (a *Agent) RESTConfig() *rest.Config {
+	a.t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", a.Kubeconfig)
+	if err != nil {
+		a.t.Fatalf("load kubeconfig: %v", err)
+	}
+	return cfg
+}
+
+// Client returns a client-go clientset for the agent.
+func (a *Agent) Client() *kubernetes.Clientset {
+	a.t.Helper()
+	c, err := kubernetes.NewForConfig(a.RESTConfig())
+	if err != nil {
+		a.t.Fatalf("client: %v", err)
+	}
+	return c
+}
+
+// Kubectl runs the real kubectl against the agent with a 60 s limit.
+func (a *Agent) Kubectl(stdin string, args ...string) (stdout, stderr string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, KubectlBin(a.t), append([]string{"--kubeconfig", a.Kubeconfig}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != "" {
+		cmd.Stdin = bytes.NewBufferString(stdin)
+	}
+	err = cmd.Run()
+	return out.String(), errb.String(), err
+}
+
+// MustKubectl runs kubectl and fails the test when it fails.
+func (a *Agent) MustKubectl(stdin string, args ...string) string {
+	a.t.Helper()
+	out, errOut, err := a.Kubectl(stdin, args...)
+	if err != nil {
+		a.t.Fatalf("kubectl %v: %v\nstdout: %s\nstderr: %s", args, err, out, errOut)
+	}
+	return out
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// EtcdClient returns a client of the agent's embedded etcd, authenticated with the API
+// server's client certificate.
+func EtcdClient(t testing.TB, a *Agent) *clientv3.Client {
+	t.Helper()
+	port := ""
+	for i, arg := range a.Args {
+		if arg == "--etcd-client-port" && i+1 < len(a.Args) {
+			port = a.Args[i+1]
+		}
+	}
+	pkiDir := filepath.Join(a.DataDir, "pki")
+	tlsInfo := transport.TLSInfo{CertFile: filepath.Join(pkiDir, "etcd-client.crt"), KeyFile: filepath.Join(pkiDir, "etcd-client.key"), TrustedCAFile: filepath.Join(pkiDir, "ca.crt")}
+	tlsCfg, err := tlsInfo.ClientConfig()
+	if err != nil {
+		t.Fatalf("etcd TLS: %v", err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://127.0.0.1:" + port}, TLS: tlsCfg, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	return cli
+}
