@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -36,8 +37,9 @@ type Config struct {
 
 // Member is a running embedded etcd member.
 type Member struct {
-	e   *embed.Etcd
-	cfg Config
+	e         *embed.Etcd
+	cfg       Config
+	closeOnce sync.Once
 }
 
 // Start starts a member. A new data directory bootstraps a one-member cluster; an existing
@@ -110,5 +112,5 @@ func (m *Member) ClientURLs() []string { return []string{m.cfg.ClientURL.String(
 // Err reports a fatal error of the running member.
 func (m *Member) Err() <-chan error { return m.e.Err() }
 
-// Close stops the member.
-func (m *Member) Close() { m.e.Close() }
+// Close stops the member; it is safe to call more than once.
+func (m *Member) Close() { m.closeOnce.Do(m.e.Close) }

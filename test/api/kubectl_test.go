@@ -114,7 +114,7 @@ func TestKubectl(t *testing.T) {
 		if err == nil || !asExit(err, &ee) || ee.ExitCode() != 1 {
 			t.Fatalf("kubectl diff exit: %v (want 1: differences found)\n%s", err, out)
 		}
-		if !strings.Contains(out, "-        image: nginx:1.14.2") || !strings.Contains(out, "+        image: nginx:1.16.1") {
+		if !regexp.MustCompile(`(?m)^-\s+- image: nginx:1\.14\.2$`).MatchString(out) || !regexp.MustCompile(`(?m)^\+\s+- image: nginx:1\.16\.1$`).MatchString(out) {
 			t.Errorf("diff output:\n%s", out)
 		}
 	})

@@ -54,8 +54,8 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"configmap bad key", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  \"a/b\": x\n", "data[a/b]"},
 		{"tls secret without tls.key", "apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\ntype: kubernetes.io/tls\ndata:\n  tls.crt: YQ==\n", "data[tls.key]"},
 		{"pdb with both minAvailable and maxUnavailable", "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: p\nspec:\n  minAvailable: 1\n  maxUnavailable: 1\n  selector:\n    matchLabels:\n      app: a\n", "spec"},
-		{"networkpolicy bad ipBlock", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: n\nspec:\n  podSelector: {}\n  ingress:\n  - from:\n    - ipBlock:\n        cidr: not-a-cidr\n", "spec.ingress[0].from[0].ipBlock.cidr"},
-		{"node taint with bad effect", "apiVersion: v1\nkind: Node\nmetadata:\n  name: n\nspec:\n  taints:\n  - key: k\n    effect: Sometimes\n", "spec.taints[0].effect"},
+		{"networkpolicy bad ipBlock", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: np1\nspec:\n  podSelector: {}\n  ingress:\n  - from:\n    - ipBlock:\n        cidr: not-a-cidr\n", "spec.ingress[0].from[0].ipBlock.cidr"},
+		{"node taint with bad effect", "apiVersion: v1\nkind: Node\nmetadata:\n  name: node1\nspec:\n  taints:\n  - key: k\n    effect: Sometimes\n", "spec.taints[0].effect"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,32 @@
+// Package controllers holds what every control loop shares: the clients and informer
+// factories of the API, handed to each controller package under reconciler/controllers/<name>/.
+// Controllers run only on the holder of the controller Lease (see Manager).
+package controllers
+
+import (
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/record"
+)
+
+// Context is handed to every controller constructor. The informer factories are started by
+// the manager after all controllers are constructed (so register informers in the
+// constructor), and stopped when leadership ends.
+type Context struct {
+	Config            *rest.Config
+	Client            kubernetes.Interface
+	Dynamic           dynamic.Interface
+	Metadata          metadata.Interface
+	Discovery         discovery.DiscoveryInterface
+	RESTMapper        *restmapper.DeferredDiscoveryRESTMapper
+	Informers         informers.SharedInformerFactory
+	MetadataInformers metadatainformer.SharedInformerFactory
+	// Recorder returns an event recorder that reports as component.
+	Recorder func(component string) record.EventRecorder
+}
