@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -24,9 +26,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/component-base/version"
 
+	"github.com/flotilla-dev/flotilla/nodes/agent"
+	"github.com/flotilla-dev/flotilla/nodes/membership"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/validation"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 	"github.com/flotilla-dev/flotilla/reconciler/etcd"
 	"github.com/flotilla-dev/flotilla/reconciler/pki"
 )
@@ -42,6 +48,12 @@ type agentOptions struct {
 	serviceCIDR    string
 	nodePortRange  string
 	shutdownAfter  time.Duration
+	gossipPort     int
+	join           []string
+	tokenFile      string
+	etcdVoters     int
+	replaceAfter   time.Duration
+	nodeLabels     map[string]string
 }
 
 func newAgentCommand() *cobra.Command {
@@ -67,6 +79,12 @@ func newAgentCommand() *cobra.Command {
 	f.StringVar(&o.serviceCIDR, "service-cidr", "10.96.0.0/12", "range ClusterIPs are allocated from")
 	f.StringVar(&o.nodePortRange, "node-port-range", "30000-32767", "range NodePorts are allocated from")
 	f.DurationVar(&o.shutdownAfter, "shutdown-timeout", 5*time.Second, "how long a clean shutdown may take before the agent exits anyway")
+	f.IntVar(&o.gossipPort, "gossip-port", 7946, "port of gossip (memberlist, UDP and TCP)")
+	f.StringArrayVar(&o.join, "join", nil, "HOST:PORT of a host of the site to join (gossip port; repeatable); without it this host starts a new site")
+	f.StringVar(&o.tokenFile, "token-file", "", "file holding the site's join token (the first host writes <data-dir>/token; joining hosts need a copy)")
+	f.IntVar(&o.etcdVoters, "etcd-voters", 3, "how many hosts hold an etcd vote (1, 3 or 5)")
+	f.DurationVar(&o.replaceAfter, "voter-replace-after", 60*time.Second, "remove an etcd voter that gossip reports dead for this long")
+	f.StringToStringVar(&o.nodeLabels, "node-label", nil, "extra labels of this host's Node (key=value, repeatable)")
 	return cmd
 }
 
@@ -108,6 +126,15 @@ func (o *agentOptions) validate() (validation.Options, error) {
 		return vopts, fmt.Errorf("--node-port-range %q is not a range such as 30000-32767", o.nodePortRange)
 	}
 	vopts.NodePortMin, vopts.NodePortMax = int32(min), int32(max)
+	if o.etcdVoters != 1 && o.etcdVoters != 3 && o.etcdVoters != 5 {
+		return vopts, fmt.Errorf("--etcd-voters %d: use 1, 3 or 5 (an odd count keeps a majority)", o.etcdVoters)
+	}
+	if len(o.join) > 0 && o.tokenFile == "" {
+		return vopts, errors.New("--join needs --token-file: copy <data-dir>/token from the first host")
+	}
+	if o.gossipPort < 1 || o.gossipPort > 65535 {
+		return vopts, fmt.Errorf("--gossip-port %d is not a port (1-65535)", o.gossipPort)
+	}
 	return vopts, nil
 }
 
@@ -141,12 +168,106 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
-	ca, err := pki.LoadOrCreateCA(filepath.Join(dataDir, "pki"), "flotilla-ca")
+	pkiDir := filepath.Join(dataDir, "pki")
+	statePath := filepath.Join(dataDir, "cluster.json")
+	state, err := etcd.LoadClusterState(statePath)
 	if err != nil {
 		return err
 	}
 	advertise := net.ParseIP(o.advertise)
 	listen := net.ParseIP(o.listenAddress)
+	etcdHost := o.listenAddress
+	if listen.IsUnspecified() {
+		etcdHost = o.advertise
+	}
+	clientURL := url.URL{Scheme: "https", Host: net.JoinHostPort(etcdHost, strconv.Itoa(o.etcdClientPort))}
+	peerURL := url.URL{Scheme: "https", Host: net.JoinHostPort(etcdHost, strconv.Itoa(o.etcdPeerPort))}
+	apiURL := fmt.Sprintf("https://%s", net.JoinHostPort(o.advertise, strconv.Itoa(o.apiPort)))
+
+	// The join token: the first host makes one (pinning its CA); joining hosts read theirs.
+	var token etcd.Token
+	var ca *pki.CA
+	bootstrap := len(o.join) == 0
+	if o.tokenFile != "" {
+		b, err := os.ReadFile(o.tokenFile)
+		if err != nil {
+			return fmt.Errorf("read --token-file: %w", err)
+		}
+		if token, err = etcd.ParseToken(string(b)); err != nil {
+			return fmt.Errorf("--token-file %s: %w", o.tokenFile, err)
+		}
+	}
+	if bootstrap || state != nil {
+		if ca, err = pki.LoadOrCreateCA(pkiDir, "flotilla-ca"); err != nil {
+			return err
+		}
+	}
+	if bootstrap {
+		if token.Secret == "" {
+			if b, err := os.ReadFile(filepath.Join(dataDir, "token")); err == nil {
+				token, _ = etcd.ParseToken(string(b))
+			}
+		}
+		if token.Secret == "" {
+			secret, err := randomHex(24)
+			if err != nil {
+				return err
+			}
+			token.Secret = secret
+		}
+		if token.CAPin == "" {
+			token.CAPin = ca.Hash()
+		}
+		if err := os.WriteFile(filepath.Join(dataDir, "token"), []byte(token.String()+"\n"), 0o600); err != nil {
+			return fmt.Errorf("write join token: %w", err)
+		}
+	}
+
+	gossip, err := membership.New(membership.Config{
+		Name: o.name, BindAddr: etcdHost, BindPort: o.gossipPort, AdvertiseAddr: o.advertise,
+		Token: token.Secret, Meta: membership.Meta{Roles: []string{"host"}},
+		ProbeInterval: time.Second, ProbeTimeout: 500 * time.Millisecond, SuspicionMult: 3,
+		GossipInterval: 200 * time.Millisecond, JoinRetry: 2 * time.Second,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = gossip.Leave(time.Second) }()
+	deadSince := trackDead(ctx, gossip)
+
+	var initialCluster string
+	adminTokenPath := filepath.Join(dataDir, "admin-token")
+	if !bootstrap {
+		joinErr := make(chan error, 1)
+		go func() {
+			_, err := gossip.Join(o.join, ctx.Done())
+			joinErr <- err
+		}()
+		if state == nil {
+			if err := <-joinErr; err != nil {
+				return err
+			}
+			resp, err := joinSite(ctx, gossip, token, etcd.JoinRequest{
+				Name: o.name, PeerURL: peerURL.String(), ClientURL: clientURL.String(), WantMember: true,
+			})
+			if err != nil {
+				return err
+			}
+			if ca, err = pki.InstallCA(pkiDir, resp.CACert, resp.CAKey); err != nil {
+				return err
+			}
+			if err := os.WriteFile(adminTokenPath, []byte(resp.AdminToken+"\n"), 0o600); err != nil {
+				return err
+			}
+			state = &etcd.ClusterState{Member: resp.Member, ClientURLs: resp.ClientURLs}
+			initialCluster = resp.InitialCluster
+			log.WithFields(logrus.Fields{"member": resp.Member, "initialCluster": initialCluster}).Info("joined the site")
+		}
+	}
+	if state == nil {
+		state = &etcd.ClusterState{Member: true}
+	}
+
 	hostIPs := uniqueIPs(net.ParseIP("127.0.0.1"), advertise, listen)
 	apiCert, apiKey, err := ca.Ensure(pki.Request{
 		Name: "apiserver", CommonName: "kube-apiserver", Usage: pki.Server,
@@ -168,30 +289,45 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
-	token, err := loadOrCreateToken(filepath.Join(dataDir, "admin-token"))
+	adminToken, err := loadOrCreateToken(adminTokenPath)
 	if err != nil {
 		return err
 	}
 
-	etcdHost := o.listenAddress
-	if listen.IsUnspecified() {
-		etcdHost = o.advertise
-	}
 	start := time.Now()
-	member, err := etcd.Start(ctx, etcd.Config{
-		Name:       o.name,
-		DataDir:    filepath.Join(dataDir, "etcd"),
-		ClientURL:  url.URL{Scheme: "https", Host: net.JoinHostPort(etcdHost, strconv.Itoa(o.etcdClientPort))},
-		PeerURL:    url.URL{Scheme: "https", Host: net.JoinHostPort(etcdHost, strconv.Itoa(o.etcdPeerPort))},
-		CAFile:     ca.CertFile(),
-		ServerCert: etcdServerCert, ServerKey: etcdServerKey,
-		PeerCert: etcdPeerCert, PeerKey: etcdPeerKey,
-	})
-	if err != nil {
+	etcdServers := state.ClientURLs
+	var member *etcd.Member
+	if state.Member {
+		member, err = etcd.Start(ctx, etcd.Config{
+			Name: o.name, DataDir: filepath.Join(dataDir, "etcd"),
+			ClientURL: clientURL, PeerURL: peerURL, InitialCluster: initialCluster,
+			CAFile: ca.CertFile(), ServerCert: etcdServerCert, ServerKey: etcdServerKey,
+			PeerCert: etcdPeerCert, PeerKey: etcdPeerKey, ReadyTimeout: 2 * time.Minute,
+		})
+		if err != nil {
+			return err
+		}
+		defer member.Close()
+		etcdServers = member.ClientURLs()
+		log.WithField("clientURLs", etcdServers).Info("etcd member ready")
+	}
+	if err := state.Save(statePath); err != nil {
 		return err
 	}
-	defer member.Close()
-	log.WithField("clientURLs", member.ClientURLs()).Info("etcd member ready")
+	etcdClient, err := etcd.NewClient(etcdServers, ca.CertFile(), etcdClientCert, etcdClientKey)
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	defer etcdClient.Close()
+	if member != nil {
+		waitCtx, cancelWait := context.WithTimeout(ctx, 3*time.Minute)
+		err := member.WaitVoter(waitCtx, etcdClient)
+		cancelWait()
+		if err != nil {
+			return err
+		}
+	}
+	joinServer := &etcd.JoinServer{CA: ca, Token: token, AdminToken: adminToken, Client: etcdClient, Voters: o.etcdVoters}
 
 	server, err := apiserver.New(apiserver.Config{
 		BindAddress:      listen,
@@ -199,12 +335,13 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 		AdvertiseAddress: advertise,
 		ServingCertFile:  apiCert, ServingKeyFile: apiKey,
 		Etcd: apiserver.EtcdClientConfig{
-			Servers: member.ClientURLs(), CAFile: ca.CertFile(), CertFile: etcdClientCert, KeyFile: etcdClientKey,
+			Servers: etcdServers, CAFile: ca.CertFile(), CertFile: etcdClientCert, KeyFile: etcdClientKey,
 		},
 		Tokens: map[string]*user.DefaultInfo{
-			token: {Name: "admin", UID: "admin", Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}},
+			adminToken: {Name: "admin", UID: "admin", Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}},
 		},
-		Validation: vopts,
+		Validation:      vopts,
+		Unauthenticated: map[string]http.Handler{etcd.CACertsPath: joinServer, etcd.JoinPath: joinServer},
 	})
 	if err != nil {
 		return err
@@ -214,22 +351,55 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 	apiDone := make(chan error, 1)
 	go func() { apiDone <- server.Run(runCtx) }()
 
-	kubeconfigPath := filepath.Join(dataDir, "kubeconfig")
-	serverHost := o.advertise
 	if err := waitReady(ctx, server, apiDone); err != nil {
 		return err
 	}
-	if err := writeKubeconfig(kubeconfigPath, fmt.Sprintf("https://%s", net.JoinHostPort(serverHost, strconv.Itoa(o.apiPort))), ca.CertPEM, token, o.name); err != nil {
+	kubeconfigPath := filepath.Join(dataDir, "kubeconfig")
+	if err := writeKubeconfig(kubeconfigPath, apiURL, ca.CertPEM, adminToken, o.name); err != nil {
 		return err
+	}
+	meta := membership.Meta{Roles: []string{"host"}, APIURL: apiURL}
+	if state.Member {
+		meta.Roles = append(meta.Roles, "etcd")
+		meta.EtcdClientURL = clientURL.String()
+		meta.EtcdPeerURL = peerURL.String()
+	}
+	if err := gossip.UpdateMeta(meta); err != nil {
+		log.WithError(err).Warn("publish gossip metadata")
 	}
 	log.WithFields(logrus.Fields{"kubeconfig": kubeconfigPath, "startup": time.Since(start).Round(time.Millisecond)}).Info("API ready")
 
+	client, err := kubernetes.NewForConfig(server.Loopback)
+	if err != nil {
+		return err
+	}
+	go agent.RunNodeHeartbeat(runCtx, client, agent.NodeConfig{
+		Name: o.name, Address: o.advertise, Labels: o.nodeLabels, DataDir: dataDir,
+		KubeletVersion: version.Get().GitVersion,
+	})
+	if state.Member {
+		rec := &etcd.Reconciler{Client: etcdClient, Endpoint: clientURL.String(), DeadSince: deadSince, ReplaceAfter: o.replaceAfter}
+		go rec.Run(runCtx)
+	}
+	go func() {
+		_ = controllers.RunWhileLeader(runCtx, server.Loopback, "flotilla-controllers", o.name, controllers.LeaderConfig{},
+			func(ctx context.Context) {
+				if err := controllers.RunControllers(ctx, server.Loopback, controllerList()); err != nil {
+					log.WithError(err).Error("controllers")
+				}
+			})
+	}()
+
+	var etcdErr <-chan error
+	if member != nil {
+		etcdErr = member.Err()
+	}
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
 	case err := <-apiDone:
 		return fmt.Errorf("API server stopped: %w", err)
-	case err := <-member.Err():
+	case err := <-etcdErr:
 		return fmt.Errorf("etcd stopped: %w", err)
 	}
 	cancel()
@@ -238,14 +408,87 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 	case <-time.After(o.shutdownAfter):
 		log.Warnf("API server did not stop within %s; exiting anyway", o.shutdownAfter)
 	}
-	closed := make(chan struct{})
-	go func() { member.Close(); close(closed) }()
-	select {
-	case <-closed:
-	case <-time.After(2 * time.Second):
-		log.Warn("etcd did not stop within 2s; exiting anyway")
+	if member != nil {
+		closed := make(chan struct{})
+		go func() { member.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(2 * time.Second):
+			log.Warn("etcd did not stop within 2s; exiting anyway")
+		}
 	}
 	return nil
+}
+
+// joinSite asks the site's hosts (learned by gossip) to let this host in, until one does.
+func joinSite(ctx context.Context, gossip *membership.Membership, token etcd.Token, req etcd.JoinRequest) (*etcd.JoinResponse, error) {
+	for {
+		var lastErr error
+		for _, m := range gossip.Members() {
+			if m.Name == req.Name || m.State != membership.Alive || m.Meta.APIURL == "" {
+				continue
+			}
+			resp, err := etcd.RequestJoin(ctx, m.Meta.APIURL, token, req)
+			if err == nil {
+				return resp, nil
+			}
+			lastErr = err
+			logrus.WithError(err).WithField("via", m.Name).Warn("join attempt failed")
+			if strings.Contains(err.Error(), "(401)") || strings.Contains(err.Error(), "pins") {
+				return nil, err
+			}
+		}
+		if lastErr == nil {
+			logrus.Info("waiting for gossip to show a host that serves the API")
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// trackDead follows gossip and reports since when each dead host has been dead.
+func trackDead(ctx context.Context, g *membership.Membership) func() map[string]time.Time {
+	var mu sync.Mutex
+	dead := map[string]time.Time{}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev := <-g.Events():
+				mu.Lock()
+				switch ev.Member.State {
+				case membership.Dead, membership.Left:
+					if _, ok := dead[ev.Member.Name]; !ok {
+						dead[ev.Member.Name] = time.Now()
+					}
+				default:
+					delete(dead, ev.Member.Name)
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() map[string]time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		out := make(map[string]time.Time, len(dead))
+		for k, v := range dead {
+			out[k] = v
+		}
+		return out
+	}
+}
+
+func randomHex(n int) (string, error) {
+	buf := make([]byte, n)
+	if _, err := rand.Read(buf); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(buf), nil
 }
 
 // waitReady polls /readyz through the loopback client.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,6 +54,9 @@ type Config struct {
 	Tokens map[string]*user.DefaultInfo
 	// Validation carries the service CIDR and node port range.
 	Validation validation.Options
+	// Unauthenticated handlers are served before the authentication chain, by exact path
+	// (the join protocol and git webhooks authenticate themselves).
+	Unauthenticated map[string]http.Handler
 }
 
 // EtcdClientConfig locates the etcd cluster and the client certificate for it.
@@ -81,6 +85,18 @@ func New(cfg Config) (*Server, error) {
 	gc.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
 	gc.PublicAddress = cfg.AdvertiseAddress
 	gc.ShutdownWatchTerminationGracePeriod = 0
+	if len(cfg.Unauthenticated) > 0 {
+		gc.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
+			chain := genericapiserver.DefaultBuildHandlerChain(apiHandler, c)
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if h, ok := cfg.Unauthenticated[r.URL.Path]; ok {
+					h.ServeHTTP(w, r)
+					return
+				}
+				chain.ServeHTTP(w, r)
+			})
+		}
+	}
 
 	serving := genericoptions.NewSecureServingOptions().WithLoopback()
 	serving.BindAddress = cfg.BindAddress

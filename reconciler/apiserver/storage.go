@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -63,6 +64,14 @@ func newStore(scheme *runtime.Scheme, r resource, optsGetter generic.RESTOptions
 		DeleteStrategy:            deleteStrategy,
 		ResetFieldsStrategy:       strat,
 		TableConvertor:            printers.TableConvertor(r.groupResource()),
+	}
+	if r.groupResource() == corev1.Resource("namespaces") {
+		// A Terminating namespace stays until the namespace controller has emptied it and
+		// cleared spec.finalizers: an update must not remove it early.
+		s.ShouldDeleteDuringUpdate = func(ctx context.Context, key string, obj, existing runtime.Object) bool {
+			ns, ok := obj.(*corev1.Namespace)
+			return ok && len(ns.Spec.Finalizers) == 0 && genericregistry.ShouldDeleteDuringUpdate(ctx, key, obj, existing)
+		}
 	}
 	if err := s.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: attrFuncFor(r)}); err != nil {
 		return nil, nil, fmt.Errorf("storage for %s: %w", r.groupResource(), err)

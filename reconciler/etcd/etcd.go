@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -29,6 +30,9 @@ type Config struct {
 	CAFile                string
 	ServerCert, ServerKey string
 	PeerCert, PeerKey     string
+	// InitialCluster lists every member ("name=peerURL,...") for a host joining an existing
+	// cluster; empty bootstraps a new one-member cluster.
+	InitialCluster string
 	// ReadyTimeout bounds how long Start waits for the member to serve.
 	ReadyTimeout time.Duration
 	// Logger receives etcd's logs; nil logs warnings and errors to stderr.
@@ -42,8 +46,8 @@ type Member struct {
 	closeOnce sync.Once
 }
 
-// Start starts a member. A new data directory bootstraps a one-member cluster; an existing
-// one restarts the member with its data.
+// Start starts a member. A new data directory bootstraps a one-member cluster (or joins the
+// cluster of cfg.InitialCluster); an existing one restarts the member with its data.
 func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, err
@@ -58,6 +62,10 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	ec.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, cfg.PeerURL.String())
 	ec.InitialClusterToken = "flotilla"
 	ec.ClusterState = embed.ClusterStateFlagNew
+	if cfg.InitialCluster != "" {
+		ec.InitialCluster = cfg.InitialCluster
+		ec.ClusterState = embed.ClusterStateFlagExisting
+	}
 	ec.ClientTLSInfo = transport.TLSInfo{
 		CertFile: cfg.ServerCert, KeyFile: cfg.ServerKey, TrustedCAFile: cfg.CAFile, ClientCertAuth: true,
 	}
@@ -114,3 +122,37 @@ func (m *Member) Err() <-chan error { return m.e.Err() }
 
 // Close stops the member; it is safe to call more than once.
 func (m *Member) Close() { m.closeOnce.Do(m.e.Close) }
+
+// NewClient returns an etcd client for endpoints with the site's client certificate.
+func NewClient(endpoints []string, caFile, certFile, keyFile string) (*clientv3.Client, error) {
+	tlsInfo := transport.TLSInfo{CertFile: certFile, KeyFile: keyFile, TrustedCAFile: caFile}
+	tlsCfg, err := tlsInfo.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: tlsCfg, DialTimeout: 5 * time.Second,
+		Logger: zap.NewNop()})
+}
+
+// WaitVoter waits until this member has been promoted from learner to voter (a learner cannot
+// serve the API's reads and writes).
+func (m *Member) WaitVoter(ctx context.Context, client *clientv3.Client) error {
+	id := uint64(m.e.Server.MemberID())
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		list, err := client.MemberList(cctx)
+		cancel()
+		if err == nil {
+			for _, mem := range list.Members {
+				if mem.ID == id && !mem.IsLearner {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("etcd member %s still a learner: %w", m.cfg.Name, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

@@ -233,3 +233,46 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 func (ca *CA) SameCA(pemData []byte) bool {
 	return bytes.Equal(bytes.TrimSpace(pemData), bytes.TrimSpace(ca.CertPEM))
 }
+
+// KeyPEM returns the CA private key in PEM, for hosts that join the site (k3s-style: every
+// host can issue its own certificates).
+func (ca *CA) KeyPEM() ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(ca.key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// InstallCA writes a CA received from the site into dir and loads it. It refuses to replace a
+// different CA already there: a host belongs to one site.
+func InstallCA(dir string, certPEM, keyPEM []byte) (*CA, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	certPath, keyPath := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	if existing, err := os.ReadFile(certPath); err == nil && !bytes.Equal(bytes.TrimSpace(existing), bytes.TrimSpace(certPEM)) {
+		return nil, fmt.Errorf("%s holds the CA of another site; use a new --data-dir to join this one", certPath)
+	}
+	if err := writeAtomic(keyPath, keyPEM, 0o600); err != nil {
+		return nil, err
+	}
+	if err := writeAtomic(certPath, certPEM, 0o644); err != nil {
+		return nil, err
+	}
+	cert, cp, key, err := loadPair(certPath, keyPath)
+	if err != nil {
+		return nil, fmt.Errorf("the site's CA is unusable: %w", err)
+	}
+	return &CA{Cert: cert, CertPEM: cp, key: key, dir: dir}, nil
+}
+
+// HashPEM returns the pin of a PEM CA certificate, as Hash does.
+func HashPEM(certPEM []byte) (string, error) {
+	b, _ := pem.Decode(certPEM)
+	if b == nil {
+		return "", errors.New("not a PEM certificate")
+	}
+	sum := sha256.Sum256(b.Bytes)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}

@@ -213,6 +213,9 @@ func TestSpecManifests(t *testing.T) {
 			if m.want == wantSkip {
 				t.Skipf("not applied: %s", m.why)
 			}
+			if m.note != "" {
+				t.Logf("note: %s", m.note)
+			}
 			file := filepath.Join(dir, m.name+".yaml")
 			args := []string{"-f", file}
 			if m.ns != "" {
@@ -336,8 +339,8 @@ func nameOf(obj map[string]interface{}) interface{} {
 	return md["name"]
 }
 
-// subsetDiff lists where got does not contain want: maps must hold every key of want (an empty
-// map or null in want may be absent), lists must have want's length, scalars must be equal.
+// subsetDiff lists where got does not contain want: maps must hold every key of want (a zero
+// value in want may be absent), lists must have want's length, scalars must be equal.
 func subsetDiff(path string, want, got interface{}) []string {
 	switch w := want.(type) {
 	case map[string]interface{}:
@@ -352,10 +355,7 @@ func subsetDiff(path string, want, got interface{}) []string {
 		for k, wv := range w {
 			gv, present := g[k]
 			if !present {
-				if wv == nil {
-					continue
-				}
-				if wm, isMap := wv.(map[string]interface{}); isMap && len(wm) == 0 {
+				if isZero(wv) { // omitempty: "", 0, false, {} and [] are not serialized
 					continue
 				}
 				diffs = append(diffs, fmt.Sprintf("%s.%s: want %v, missing", path, k, jsonString(wv)))
@@ -390,4 +390,24 @@ func jsonString(v interface{}) string {
 		return fmt.Sprint(v)
 	}
 	return string(b)
+}
+
+func isZero(v interface{}) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case string:
+		return x == ""
+	case bool:
+		return !x
+	case float64:
+		return x == 0
+	case int64:
+		return x == 0
+	case map[string]interface{}:
+		return len(x) == 0
+	case []interface{}:
+		return len(x) == 0
+	}
+	return false
 }

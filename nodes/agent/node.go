@@ -1,0 +1,271 @@
+// Package agent is the kubelet part of a host: it registers the host's Node, keeps its status
+// and its Lease in kube-node-lease fresh (spec concepts.md §11), and (with the node agent
+// issue) runs the pods bound to it.
+package agent
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// NodeConfig describes the host to register.
+type NodeConfig struct {
+	Name    string
+	Address string
+	// Labels are extra labels (--node-label); the well-known ones are always set.
+	Labels map[string]string
+	// DataDir is measured for ephemeral-storage capacity.
+	DataDir string
+	// KubeletVersion is reported in status.nodeInfo.
+	KubeletVersion string
+	// HeartbeatInterval is how often the Lease and the status are renewed (10 s).
+	HeartbeatInterval time.Duration
+	// LeaseDuration is the Lease's leaseDurationSeconds (40 s).
+	LeaseDuration time.Duration
+}
+
+// RunNodeHeartbeat registers the Node and renews its Lease and Ready status until ctx ends.
+func RunNodeHeartbeat(ctx context.Context, client kubernetes.Interface, cfg NodeConfig) {
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = 10 * time.Second
+	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = 40 * time.Second
+	}
+	log := logrus.WithField("node", cfg.Name)
+	registered := false
+	t := time.NewTicker(cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		if !registered {
+			if err := registerNode(ctx, client, cfg); err != nil {
+				log.WithError(err).Warn("register node")
+			} else {
+				registered = true
+				log.Info("node registered")
+			}
+		}
+		if registered {
+			if err := updateStatus(ctx, client, cfg); err != nil {
+				log.WithError(err).Debug("node status")
+				if apierrors.IsNotFound(err) {
+					registered = false
+				}
+			}
+			if err := renewLease(ctx, client, cfg); err != nil {
+				log.WithError(err).Debug("node lease")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func nodeLabels(cfg NodeConfig) map[string]string {
+	l := map[string]string{
+		corev1.LabelHostname:   cfg.Name,
+		corev1.LabelOSStable:   runtime.GOOS,
+		corev1.LabelArchStable: runtime.GOARCH,
+	}
+	for k, v := range cfg.Labels {
+		l[k] = v
+	}
+	return l
+}
+
+func registerNode(ctx context.Context, client kubernetes.Interface, cfg NodeConfig) error {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: cfg.Name, Labels: nodeLabels(cfg)}}
+	node.Status = desiredStatus(cfg)
+	_, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		cur, err := client.CoreV1().Nodes().Get(ctx, cfg.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		changed := false
+		if cur.Labels == nil {
+			cur.Labels = map[string]string{}
+		}
+		for k, v := range nodeLabels(cfg) {
+			if cur.Labels[k] != v {
+				cur.Labels[k] = v
+				changed = true
+			}
+		}
+		if changed {
+			_, err = client.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
+		}
+		return err
+	}
+	return err
+}
+
+func desiredStatus(cfg NodeConfig) corev1.NodeStatus {
+	now := metav1.Now()
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(memTotal(), resource.BinarySI),
+		corev1.ResourcePods:   *resource.NewQuantity(110, resource.DecimalSI),
+	}
+	if s := diskBytes(cfg.DataDir); s > 0 {
+		capacity[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(s, resource.BinarySI)
+	}
+	cond := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, msg string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now}
+	}
+	var uts syscall.Utsname
+	_ = syscall.Uname(&uts)
+	return corev1.NodeStatus{
+		Capacity:    capacity,
+		Allocatable: capacity.DeepCopy(),
+		Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: cfg.Address},
+			{Type: corev1.NodeHostName, Address: cfg.Name},
+		},
+		Conditions: []corev1.NodeCondition{
+			cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "flotilla agent has sufficient memory available"),
+			cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "flotilla agent has no disk pressure"),
+			cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "flotilla agent has sufficient PID available"),
+			cond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "flotilla agent is posting ready status"),
+		},
+		NodeInfo: corev1.NodeSystemInfo{
+			MachineID:       readTrim("/etc/machine-id"),
+			BootID:          readTrim("/proc/sys/kernel/random/boot_id"),
+			KernelVersion:   utsString(uts.Release[:]),
+			OSImage:         osImage(),
+			OperatingSystem: runtime.GOOS,
+			Architecture:    runtime.GOARCH,
+			KubeletVersion:  cfg.KubeletVersion,
+		},
+	}
+}
+
+func updateStatus(ctx context.Context, client kubernetes.Interface, cfg NodeConfig) error {
+	cur, err := client.CoreV1().Nodes().Get(ctx, cfg.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	want := desiredStatus(cfg)
+	// Keep transition times of conditions whose status did not change.
+	for i, c := range want.Conditions {
+		for _, old := range cur.Status.Conditions {
+			if old.Type == c.Type && old.Status == c.Status {
+				want.Conditions[i].LastTransitionTime = old.LastTransitionTime
+			}
+		}
+	}
+	// Keep what other writers own (images, volumes, declared features).
+	want.Images = cur.Status.Images
+	want.VolumesInUse = cur.Status.VolumesInUse
+	want.VolumesAttached = cur.Status.VolumesAttached
+	want.DeclaredFeatures = cur.Status.DeclaredFeatures
+	want.NodeInfo.ContainerRuntimeVersion = cur.Status.NodeInfo.ContainerRuntimeVersion
+	cur.Status = want
+	_, err = client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+	return err
+}
+
+func renewLease(ctx context.Context, client kubernetes.Interface, cfg NodeConfig) error {
+	leases := client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	now := metav1.NewMicroTime(time.Now())
+	lease, err := leases.Get(ctx, cfg.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		node, nerr := client.CoreV1().Nodes().Get(ctx, cfg.Name, metav1.GetOptions{})
+		if nerr != nil {
+			return nerr
+		}
+		lease = &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: cfg.Name, Namespace: corev1.NamespaceNodeLease,
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(cfg.Name),
+				LeaseDurationSeconds: ptr.To(int32(cfg.LeaseDuration / time.Second)), RenewTime: &now},
+		}
+		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	lease.Spec.RenewTime = &now
+	lease.Spec.HolderIdentity = ptr.To(cfg.Name)
+	lease.Spec.LeaseDurationSeconds = ptr.To(int32(cfg.LeaseDuration / time.Second))
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	return err
+}
+
+func memTotal() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) >= 2 && fields[0] == "MemTotal:" {
+			kb, _ := strconv.ParseInt(fields[1], 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+func diskBytes(dir string) int64 {
+	if dir == "" {
+		return 0
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0
+	}
+	return int64(st.Blocks) * st.Bsize
+}
+
+func readTrim(path string) string {
+	b, _ := os.ReadFile(path)
+	return strings.TrimSpace(string(b))
+}
+
+func osImage() string {
+	f, err := os.Open("/etc/os-release")
+	if err != nil {
+		return runtime.GOOS
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "PRETTY_NAME="); ok {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return runtime.GOOS
+}
+
+func utsString(b []int8) string {
+	var sb strings.Builder
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		sb.WriteByte(byte(c))
+	}
+	return sb.String()
+}

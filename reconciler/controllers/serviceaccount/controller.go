@@ -1,0 +1,107 @@
+// Package serviceaccount is the ServiceAccount controller: every namespace that is not being
+// deleted has a ServiceAccount named default, re-created if someone deletes it.
+package serviceaccount
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/flotilla-dev/flotilla/reconciler/controllers"
+)
+
+// DefaultName is the ServiceAccount every namespace gets.
+const DefaultName = "default"
+
+// Controller is the ServiceAccount controller. Its queue holds namespace names.
+type Controller struct {
+	client   kubernetes.Interface
+	nsLister corelisters.NamespaceLister
+	saLister corelisters.ServiceAccountLister
+	synced   []cache.InformerSynced
+	queue    workqueue.TypedRateLimitingInterface[string]
+	log      *logrus.Entry
+}
+
+// New builds the controller and registers its informers on the shared factory.
+func New(cctx *controllers.Context) (controllers.Runner, error) {
+	nsInformer := cctx.Informers.Core().V1().Namespaces()
+	saInformer := cctx.Informers.Core().V1().ServiceAccounts()
+	c := &Controller{
+		client:   cctx.Client,
+		nsLister: nsInformer.Lister(),
+		saLister: saInformer.Lister(),
+		synced:   []cache.InformerSynced{nsInformer.Informer().HasSynced, saInformer.Informer().HasSynced},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "serviceaccount"}),
+		log: logrus.WithField("controller", "serviceaccount"),
+	}
+	if _, err := nsInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.queue.Add(obj.(*corev1.Namespace).Name) },
+		UpdateFunc: func(_, cur any) { c.queue.Add(cur.(*corev1.Namespace).Name) },
+	}); err != nil {
+		return nil, fmt.Errorf("namespace handler: %w", err)
+	}
+	if _, err := saInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj any) {
+			sa, ok := obj.(*corev1.ServiceAccount)
+			if !ok {
+				tomb, ok := obj.(cache.DeletedFinalStateUnknown)
+				if !ok {
+					return
+				}
+				if sa, ok = tomb.Obj.(*corev1.ServiceAccount); !ok {
+					return
+				}
+			}
+			if sa.Name == DefaultName {
+				c.queue.Add(sa.Namespace)
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("serviceaccount handler: %w", err)
+	}
+	return c, nil
+}
+
+// Run processes namespaces with the given number of workers until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return fmt.Errorf("serviceaccount: caches did not sync")
+	}
+	c.log.Info("started")
+	for i := 0; i < workers; i++ {
+		go wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for c.processNext(ctx) {
+			}
+		}, time.Second)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	if err := c.sync(ctx, key); err != nil {
+		utilruntime.HandleError(fmt.Errorf("sync serviceaccounts of namespace %s: %w", key, err))
+		c.queue.AddRateLimited(key)
+		return true
+	}
+	c.queue.Forget(key)
+	return true
+}

@@ -1,0 +1,4 @@
+package serviceaccount
+
+// WantsDefault exposes wantsDefault to the tests.
+var WantsDefault = wantsDefault

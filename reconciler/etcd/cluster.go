@@ -1,0 +1,73 @@
+package etcd
+
+import (
+	"context"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Reconciler keeps the etcd membership of the site in shape from a member host: it promotes
+// learners once they are in sync, and (on the etcd leader only) removes voters that gossip
+// reports dead for longer than ReplaceAfter, so a healthy host can take their place.
+type Reconciler struct {
+	Client *clientv3.Client
+	// Endpoint is this host's own client URL (to ask whether it leads).
+	Endpoint string
+	// DeadSince reports, per host name, since when gossip considers it dead.
+	DeadSince    func() map[string]time.Time
+	ReplaceAfter time.Duration
+	Interval     time.Duration
+}
+
+// Run reconciles until ctx ends.
+func (r *Reconciler) Run(ctx context.Context) {
+	interval := r.Interval
+	if interval == 0 {
+		interval = 2 * time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		r.once(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Reconciler) once(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	list, err := r.Client.MemberList(ctx)
+	if err != nil {
+		return
+	}
+	for _, m := range list.Members {
+		if m.IsLearner && m.Name != "" {
+			if _, err := r.Client.MemberPromote(ctx, m.ID); err == nil {
+				logrus.WithField("member", m.Name).Info("etcd learner promoted to voter")
+			}
+		}
+	}
+	if r.DeadSince == nil || r.ReplaceAfter <= 0 {
+		return
+	}
+	status, err := r.Client.Status(ctx, r.Endpoint)
+	if err != nil || status.Leader != status.Header.MemberId {
+		return
+	}
+	dead := r.DeadSince()
+	for _, m := range list.Members {
+		since, ok := dead[m.Name]
+		if !ok || m.ID == status.Header.MemberId || time.Since(since) < r.ReplaceAfter {
+			continue
+		}
+		if _, err := r.Client.MemberRemove(ctx, m.ID); err == nil {
+			logrus.WithFields(logrus.Fields{"member": m.Name, "deadFor": time.Since(since).Round(time.Second)}).Warn("removed dead etcd voter")
+		}
+	}
+}

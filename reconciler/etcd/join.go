@@ -1,0 +1,267 @@
+package etcd
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/flotilla-dev/flotilla/reconciler/pki"
+)
+
+// Token is a site's join token: "FLO1:<ca pin>:<secret>". The pin lets a joining host check
+// that it talks to the right site before it sends the secret (k3s-style).
+type Token struct {
+	CAPin  string
+	Secret string
+}
+
+// ParseToken reads a token; a bare secret (no pin) is accepted and pins nothing.
+func ParseToken(s string) (Token, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return Token{}, errors.New("the join token is empty")
+	}
+	if !strings.HasPrefix(s, "FLO1:") {
+		return Token{Secret: s}, nil
+	}
+	rest := strings.TrimPrefix(s, "FLO1:")
+	i := strings.LastIndex(rest, ":")
+	if i < 0 || !strings.HasPrefix(rest, "sha256:") {
+		return Token{}, errors.New("malformed join token: want FLO1:sha256:<hex>:<secret>, as written to <data-dir>/token by the first host")
+	}
+	return Token{CAPin: rest[:i], Secret: rest[i+1:]}, nil
+}
+
+func (t Token) String() string {
+	if t.CAPin == "" {
+		return t.Secret
+	}
+	return "FLO1:" + t.CAPin + ":" + t.Secret
+}
+
+// JoinRequest is what a joining host sends.
+type JoinRequest struct {
+	Name      string `json:"name"`
+	PeerURL   string `json:"peerURL"`
+	ClientURL string `json:"clientURL"`
+	// WantMember asks for an etcd membership (granted while the site has fewer than its
+	// voter target).
+	WantMember bool `json:"wantMember"`
+}
+
+// JoinResponse hands the joining host what it needs to be part of the site.
+type JoinResponse struct {
+	CACert     []byte `json:"caCert"`
+	CAKey      []byte `json:"caKey"`
+	AdminToken string `json:"adminToken"`
+	// Member is true when the host was added as an etcd learner; InitialCluster then lists
+	// every member for its first start.
+	Member         bool     `json:"member"`
+	InitialCluster string   `json:"initialCluster,omitempty"`
+	ClientURLs     []string `json:"clientURLs"`
+}
+
+// JoinServer answers joining hosts. It is mounted outside the API's authentication chain:
+// it authenticates the join token itself.
+type JoinServer struct {
+	CA         *pki.CA
+	Token      Token
+	AdminToken string
+	Client     *clientv3.Client
+	Voters     int
+	mu         sync.Mutex
+}
+
+// Paths served by JoinServer.
+const (
+	CACertsPath = "/cacerts"
+	JoinPath    = "/flotilla/v1/join"
+)
+
+func (s *JoinServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case CACertsPath:
+		w.Header().Set("Content-Type", "application/x-pem-file")
+		_, _ = w.Write(s.CA.CertPEM)
+	case JoinPath:
+		s.join(w, r)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (s *JoinServer) join(w http.ResponseWriter, r *http.Request) {
+	log := logrus.WithField("remote", r.RemoteAddr)
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST a JoinRequest", http.StatusMethodNotAllowed)
+		return
+	}
+	got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if subtle.ConstantTimeCompare([]byte(got), []byte(s.Token.Secret)) != 1 {
+		log.Warn("join refused: wrong token")
+		http.Error(w, "join refused: the token does not match this site's (check --token-file)", http.StatusUnauthorized)
+		return
+	}
+	var req JoinRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil || req.Name == "" {
+		http.Error(w, "bad join request: want JSON with name, peerURL, clientURL", http.StatusBadRequest)
+		return
+	}
+	keyPEM, err := s.CA.KeyPEM()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	resp := JoinResponse{CACert: s.CA.CertPEM, CAKey: keyPEM, AdminToken: s.AdminToken}
+	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+	defer cancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	members, err := s.Client.MemberList(ctx)
+	if err != nil {
+		http.Error(w, "etcd is unavailable: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	existing := false
+	for _, m := range members.Members {
+		if m.Name == req.Name || contains(m.PeerURLs, req.PeerURL) {
+			existing = true
+		}
+	}
+	if req.WantMember && !existing && len(members.Members) < s.Voters {
+		if _, err := s.Client.MemberAddAsLearner(ctx, []string{req.PeerURL}); err != nil {
+			http.Error(w, "add etcd learner: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		existing = true
+		members, err = s.Client.MemberList(ctx)
+		if err != nil {
+			http.Error(w, "etcd is unavailable: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		log.WithField("host", req.Name).Info("added as etcd learner")
+	}
+	resp.Member = existing && req.WantMember
+	var parts []string
+	for _, m := range members.Members {
+		name := m.Name
+		if name == "" && contains(m.PeerURLs, req.PeerURL) {
+			name = req.Name
+		}
+		if name == "" {
+			continue // another learner that has not started yet
+		}
+		for _, u := range m.PeerURLs {
+			parts = append(parts, name+"="+u)
+		}
+		resp.ClientURLs = append(resp.ClientURLs, m.ClientURLs...)
+	}
+	sort.Strings(parts)
+	resp.InitialCluster = strings.Join(parts, ",")
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(resp)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// RequestJoin asks the host at apiURL (https://host:port) to let this host join. It first
+// fetches the CA and checks it against the token's pin, then sends the secret over TLS
+// verified with that CA.
+func RequestJoin(ctx context.Context, apiURL string, token Token, req JoinRequest) (*JoinResponse, error) {
+	insecure := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	caReq, _ := http.NewRequestWithContext(ctx, http.MethodGet, apiURL+CACertsPath, nil)
+	caResp, err := insecure.Do(caReq)
+	if err != nil {
+		return nil, fmt.Errorf("fetch the site CA from %s: %w", apiURL, err)
+	}
+	caPEM, err := io.ReadAll(io.LimitReader(caResp.Body, 1<<16))
+	caResp.Body.Close()
+	if err != nil || caResp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fetch the site CA from %s: status %d", apiURL, caResp.StatusCode)
+	}
+	if token.CAPin != "" {
+		pin, err := pki.HashPEM(caPEM)
+		if err != nil || pin != token.CAPin {
+			return nil, fmt.Errorf("the CA of %s (%s) is not the one the join token pins (%s): wrong site or wrong token", apiURL, pin, token.CAPin)
+		}
+	} else {
+		logrus.WithField("api", apiURL).Warn("join token has no CA pin: trusting the CA the site presents")
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("the site CA is not PEM")
+	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	body, _ := json.Marshal(req)
+	jr, _ := http.NewRequestWithContext(ctx, http.MethodPost, apiURL+JoinPath, bytes.NewReader(body))
+	jr.Header.Set("Authorization", "Bearer "+token.Secret)
+	jr.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(jr)
+	if err != nil {
+		return nil, fmt.Errorf("join through %s: %w", apiURL, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("join through %s refused (%d): %s", apiURL, resp.StatusCode, strings.TrimSpace(string(data)))
+	}
+	var out JoinResponse
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, fmt.Errorf("join through %s: bad response: %w", apiURL, err)
+	}
+	return &out, nil
+}
+
+// ClusterState is what a host remembers about its place in the site (DIR/cluster.json).
+type ClusterState struct {
+	Member     bool     `json:"member"`
+	ClientURLs []string `json:"clientURLs,omitempty"`
+}
+
+// LoadClusterState reads path; a missing file means a new host.
+func LoadClusterState(path string) (*ClusterState, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s ClusterState
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &s, nil
+}
+
+// Save writes the state atomically.
+func (s *ClusterState) Save(path string) error {
+	b, _ := json.MarshalIndent(s, "", "  ")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

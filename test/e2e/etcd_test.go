@@ -1,0 +1,23 @@
+package e2e
+
+import (
+	"path/filepath"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/flotilla-dev/flotilla/reconciler/etcd"
+	"github.com/flotilla-dev/flotilla/test/e2e/harness"
+)
+
+// etcdClient talks to a host's etcd member with the site's client certificate.
+func etcdClient(t *testing.T, h *harness.Host) *clientv3.Client {
+	t.Helper()
+	pki := filepath.Join(h.DataDir, "pki")
+	cli, err := etcd.NewClient([]string{"https://" + h.IP + ":2379"}, filepath.Join(pki, "ca.crt"), filepath.Join(pki, "etcd-client.crt"), filepath.Join(pki, "etcd-client.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}

@@ -1,0 +1,376 @@
+// Package harness builds a site of flotilla hosts on one machine: each host is a network
+// namespace on a private bridge that has no route off the machine, running `bin/flotilla
+// agent` (started with `nsenter --net`, see ARCHITECTURE.md). Tests and `make demo` use it.
+// Everything it creates (namespaces, links, routes, processes) is removed by Close, also
+// when a test fails.
+package harness
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Blackholed are the pod and service ranges: while a site runs, the root namespace drops them
+// so a missing rule can never send such packets off the machine.
+var Blackholed = []string{"10.244.0.0/16", "10.96.0.0/12"}
+
+// Options configure a site.
+type Options struct {
+	// Hosts is how many hosts to create (not start).
+	Hosts int
+	// Dir holds the hosts' data directories and logs.
+	Dir string
+	// Bin is bin/flotilla; Kubectl is bin/kubectl.
+	Bin, Kubectl string
+	// Logf receives progress lines (t.Logf or fmt.Printf).
+	Logf func(format string, args ...any)
+}
+
+// Site is a set of hosts on a private bridge.
+type Site struct {
+	opts   Options
+	prefix string
+	subnet string // "10.213.N"
+	bridge string
+	Hosts  []*Host
+
+	mu      sync.Mutex
+	cleanup []func()
+}
+
+// Host is one simulated machine.
+type Host struct {
+	Index   int
+	Name    string
+	NetNS   string
+	IP      string
+	DataDir string
+	Veth    string
+	site    *Site
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	args   []string
+}
+
+// Preflight reports what the machine lacks for a site (root, iproute2, nsenter).
+func Preflight() error {
+	if os.Geteuid() != 0 {
+		return errors.New("needs root (network namespaces)")
+	}
+	for _, c := range []string{"ip", "nsenter"} {
+		if _, err := exec.LookPath(c); err != nil {
+			return fmt.Errorf("needs %s (Debian packages iproute2, util-linux)", c)
+		}
+	}
+	return nil
+}
+
+// New creates the bridge and the hosts' namespaces.
+func New(opts Options) (*Site, error) {
+	if err := Preflight(); err != nil {
+		return nil, err
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	id := randHex(2)
+	n, _ := rand.Int(rand.Reader, big.NewInt(200))
+	s := &Site{opts: opts, prefix: "fl" + id, subnet: fmt.Sprintf("10.213.%d", n.Int64()+20)}
+	s.bridge = s.prefix + "br"
+	if err := s.setup(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Site) onClose(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cleanup = append(s.cleanup, f)
+}
+
+func (s *Site) setup() error {
+	if err := run("ip", "link", "add", s.bridge, "type", "bridge"); err != nil {
+		return err
+	}
+	s.onClose(func() { _ = run("ip", "link", "del", s.bridge) })
+	// The root namespace gets .254 so tests can reach the hosts; the hosts have no default
+	// route, so nothing they send can leave the machine.
+	if err := run("ip", "addr", "add", s.subnet+".254/24", "dev", s.bridge); err != nil {
+		return err
+	}
+	if err := run("ip", "link", "set", s.bridge, "up"); err != nil {
+		return err
+	}
+	for _, cidr := range Blackholed {
+		if err := run("ip", "route", "add", "blackhole", cidr); err == nil {
+			c := cidr
+			s.onClose(func() { _ = run("ip", "route", "del", "blackhole", c) })
+		}
+	}
+	for i := 1; i <= s.opts.Hosts; i++ {
+		h := &Host{Index: i, Name: fmt.Sprintf("host-%d", i), NetNS: fmt.Sprintf("%s-h%d", s.prefix, i),
+			IP: fmt.Sprintf("%s.%d", s.subnet, i), DataDir: filepath.Join(s.opts.Dir, fmt.Sprintf("host-%d", i)),
+			Veth: fmt.Sprintf("%sv%d", s.prefix, i), site: s}
+		if err := os.MkdirAll(h.DataDir, 0o700); err != nil {
+			return err
+		}
+		if err := run("ip", "netns", "add", h.NetNS); err != nil {
+			return err
+		}
+		ns := h.NetNS
+		s.onClose(func() { _ = run("ip", "netns", "del", ns) })
+		steps := [][]string{
+			{"ip", "link", "add", h.Veth, "type", "veth", "peer", "name", "eth0", "netns", h.NetNS},
+			{"ip", "link", "set", h.Veth, "master", s.bridge},
+			{"ip", "link", "set", h.Veth, "up"},
+			{"ip", "-n", h.NetNS, "addr", "add", h.IP + "/24", "dev", "eth0"},
+			{"ip", "-n", h.NetNS, "link", "set", "eth0", "up"},
+			{"ip", "-n", h.NetNS, "link", "set", "lo", "up"},
+		}
+		for _, st := range steps {
+			if err := run(st[0], st[1:]...); err != nil {
+				return err
+			}
+		}
+		s.Hosts = append(s.Hosts, h)
+	}
+	return nil
+}
+
+// Close stops every agent and removes what New created, in reverse order.
+func (s *Site) Close() {
+	for _, h := range s.Hosts {
+		h.Kill()
+	}
+	s.mu.Lock()
+	fns := s.cleanup
+	s.cleanup = nil
+	s.mu.Unlock()
+	for i := len(fns) - 1; i >= 0; i-- {
+		fns[i]()
+	}
+}
+
+// GossipAddr is host:port of a host's gossip listener.
+func (h *Host) GossipAddr() string { return h.IP + ":7946" }
+
+// Kubeconfig is the host's kubeconfig (written once its API is ready).
+func (h *Host) Kubeconfig() string { return filepath.Join(h.DataDir, "kubeconfig") }
+
+// TokenFile is where the first host writes the site's join token.
+func (h *Host) TokenFile() string { return filepath.Join(h.DataDir, "token") }
+
+// LogFile is the agent's log.
+func (h *Host) LogFile() string { return filepath.Join(h.site.opts.Dir, h.Name+".log") }
+
+// Start starts the agent in the host's namespace. The first host of a site is started with
+// no join; others join host 1 with its token unless args say otherwise.
+func (h *Host) Start(extra ...string) error {
+	args := []string{"agent", "--data-dir", h.DataDir, "--name", h.Name, "--listen-address", h.IP}
+	args = append(args, extra...)
+	return h.startWith(args)
+}
+
+// StartJoining starts the agent joining the given hosts with host 1's token.
+func (h *Host) StartJoining(seeds []*Host, extra ...string) error {
+	args := []string{"--token-file", h.site.Hosts[0].TokenFile()}
+	for _, s := range seeds {
+		args = append(args, "--join", s.GossipAddr())
+	}
+	return h.Start(append(args, extra...)...)
+}
+
+func (h *Host) startWith(args []string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cmd != nil {
+		select {
+		case <-h.exited:
+		default:
+			return fmt.Errorf("%s is already running", h.Name)
+		}
+	}
+	logf, err := os.OpenFile(h.LogFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(logf, "\n==== %s start: %v\n", time.Now().Format(time.RFC3339), args)
+	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + h.NetNS, h.site.opts.Bin}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	h.cmd, h.args = cmd, args
+	h.exited = make(chan struct{})
+	done := h.exited
+	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	return nil
+}
+
+// Restart starts the agent again with the arguments of its last start.
+func (h *Host) Restart() error {
+	h.mu.Lock()
+	args := h.args
+	h.mu.Unlock()
+	return h.startWith(args)
+}
+
+// Running reports whether the agent process is alive.
+func (h *Host) Running() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cmd == nil {
+		return false
+	}
+	select {
+	case <-h.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Kill ends the agent with SIGKILL (a crash, or the end of a test).
+func (h *Host) Kill() {
+	h.mu.Lock()
+	cmd, exited := h.cmd, h.exited
+	h.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	// nsenter execs the agent, so the PID is the agent's.
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-exited
+}
+
+// Stop ends the agent with SIGTERM and waits up to timeout.
+func (h *Host) Stop(timeout time.Duration) error {
+	h.mu.Lock()
+	cmd, exited := h.cmd, h.exited
+	h.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(timeout):
+		h.Kill()
+		return fmt.Errorf("%s did not stop within %s", h.Name, timeout)
+	}
+}
+
+// Partition cuts the host off from every other host (not from the test, which talks to it
+// through the bridge address .254). Heal undoes it.
+func (h *Host) Partition() error {
+	for _, o := range h.site.Hosts {
+		if o == h {
+			continue
+		}
+		if err := run("ip", "-n", h.NetNS, "route", "add", "prohibit", o.IP+"/32"); err != nil {
+			return err
+		}
+		if err := run("ip", "-n", o.NetNS, "route", "add", "prohibit", h.IP+"/32"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Heal reverses Partition.
+func (h *Host) Heal() {
+	for _, o := range h.site.Hosts {
+		if o == h {
+			continue
+		}
+		_ = run("ip", "-n", h.NetNS, "route", "del", "prohibit", o.IP+"/32")
+		_ = run("ip", "-n", o.NetNS, "route", "del", "prohibit", h.IP+"/32")
+	}
+}
+
+// WaitReady waits for the host's kubeconfig (its API answered /readyz).
+func (h *Host) WaitReady(ctx context.Context) error {
+	for {
+		if _, err := os.Stat(h.Kubeconfig()); err == nil {
+			return nil
+		}
+		if !h.Running() && h.exited != nil {
+			return fmt.Errorf("%s exited before it was ready; log %s:\n%s", h.Name, h.LogFile(), tail(h.LogFile(), 30))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready: %w; log %s:\n%s", h.Name, ctx.Err(), h.LogFile(), tail(h.LogFile(), 30))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Kubectl runs the real kubectl against the host's API.
+func (h *Host) Kubectl(ctx context.Context, stdin string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, h.site.opts.Kubectl, append([]string{"--kubeconfig", h.Kubeconfig(), "--request-timeout=15s"}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("kubectl %s on %s: %v: %s", strings.Join(args, " "), h.Name, err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+// Logs returns the agent's log.
+func (h *Host) Logs() string {
+	b, _ := os.ReadFile(h.LogFile())
+	return string(b)
+}
+
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	var keep []string
+	for _, l := range lines {
+		// klog info lines are noise here.
+		if strings.HasPrefix(l, "I") && len(l) > 5 && l[1] >= '0' && l[1] <= '9' {
+			continue
+		}
+		keep = append(keep, l)
+	}
+	if len(keep) > n {
+		keep = keep[len(keep)-n:]
+	}
+	return strings.Join(keep, "\n")
+}
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,336 @@
+// Package e2e holds the multi-host tests: hosts are network namespaces on a private bridge
+// (test/e2e/harness), each running the real bin/flotilla agent.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flotilla-dev/flotilla/test/e2e/harness"
+	"github.com/flotilla-dev/flotilla/test/framework"
+)
+
+// newSite creates n hosts (not started) and removes them when the test ends.
+func newSite(t *testing.T, n int) *harness.Site {
+	t.Helper()
+	if err := harness.Preflight(); err != nil {
+		if framework.InCI() {
+			t.Fatalf("multi-host tests cannot run: %v", err)
+		}
+		t.Skipf("multi-host tests need: %v", err)
+	}
+	dir := t.TempDir()
+	s, err := harness.New(harness.Options{Hosts: n, Dir: dir, Bin: framework.FlotillaBin(t), Kubectl: framework.KubectlBin(t), Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("create site: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, h := range s.Hosts {
+				t.Logf("---- %s log (tail) ----\n%s", h.Name, tailLines(h.Logs(), 40))
+			}
+		}
+		s.Close()
+	})
+	return s
+}
+
+// startSite starts host 1, then the others joining it, and waits for every API.
+func startSite(t *testing.T, s *harness.Site, extra ...string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if err := s.Hosts[0].Start(extra...); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := s.Hosts[0].WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range s.Hosts[1:] {
+		if err := h.StartJoining(s.Hosts[:1], extra...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, h := range s.Hosts[1:] {
+		if err := h.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return time.Since(start)
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("%s: not after %s; last: %s", what, timeout, last)
+}
+
+func readyNodes(h *harness.Host) (int, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := h.Kubectl(ctx, "", "get", "nodes", "--no-headers")
+	if err != nil {
+		return 0, err.Error()
+	}
+	n := 0
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 2 && f[1] == "Ready" {
+			n++
+		}
+	}
+	return n, out
+}
+
+func TestThreeHostSite(t *testing.T) {
+	s := newSite(t, 3)
+	took := startSite(t, s)
+	t.Logf("FIGURE: 3 hosts formed (all APIs ready) in %s", took.Round(10*time.Millisecond))
+
+	t.Run("every host lists all three nodes Ready", func(t *testing.T) {
+		for _, h := range s.Hosts {
+			waitFor(t, 60*time.Second, h.Name+" sees 3 Ready nodes", func() (bool, string) {
+				n, out := readyNodes(h)
+				return n == 3, out
+			})
+		}
+	})
+
+	t.Run("three etcd voters", func(t *testing.T) {
+		for _, h := range s.Hosts {
+			b, err := os.ReadFile(filepath.Join(h.DataDir, "cluster.json"))
+			if err != nil || !strings.Contains(string(b), `"member": true`) {
+				t.Errorf("%s is not an etcd member: %s %v", h.Name, b, err)
+			}
+		}
+		cli := etcdClient(t, s.Hosts[0])
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		waitFor(t, 60*time.Second, "3 voters", func() (bool, string) {
+			l, err := cli.MemberList(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			voters := 0
+			for _, m := range l.Members {
+				if !m.IsLearner {
+					voters++
+				}
+			}
+			return voters == 3, fmt.Sprint(l.Members)
+		})
+	})
+
+	t.Run("the kubeconfig of one host works against another", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		out, err := s.Hosts[0].Kubectl(ctx, "", "--server", "https://"+s.Hosts[2].IP+":6443", "get", "ns", "kube-system", "-o", "name")
+		if err != nil || strings.TrimSpace(out) != "namespace/kube-system" {
+			t.Errorf("host-1's kubeconfig against host-3: %q %v", out, err)
+		}
+	})
+
+	t.Run("kill -9 a voter: acknowledged writes survive", func(t *testing.T) {
+		w := startWriter(t, s.Hosts[0])
+		time.Sleep(3 * time.Second)
+		victim := s.Hosts[2]
+		killed := time.Now()
+		victim.Kill()
+		time.Sleep(8 * time.Second)
+		before := w.acked()
+		time.Sleep(4 * time.Second)
+		if after := w.acked(); after <= before {
+			t.Errorf("writes stopped with one voter down: %d acknowledged before, %d after", before, after)
+		}
+		if err := victim.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		waitFor(t, 90*time.Second, "restarted voter answers", func() (bool, string) {
+			_, err := victim.Kubectl(ctx, "", "get", "ns", "default")
+			return err == nil, fmt.Sprint(err)
+		})
+		t.Logf("FIGURE: voter down for %s; %d writes acknowledged, %d failed", time.Since(killed).Round(time.Second), w.acked(), w.failed())
+		acked := w.stop()
+		// Every acknowledged write is on the restarted host.
+		waitFor(t, 60*time.Second, "restarted host has every acknowledged write", func() (bool, string) {
+			out, err := victim.Kubectl(ctx, "", "get", "cm", "-n", "default", "-l", "stream=counter", "-o", "name")
+			if err != nil {
+				return false, err.Error()
+			}
+			have := map[string]bool{}
+			for _, l := range strings.Fields(out) {
+				have[strings.TrimPrefix(l, "configmap/")] = true
+			}
+			var missing []string
+			for _, name := range acked {
+				if !have[name] {
+					missing = append(missing, name)
+				}
+			}
+			return len(missing) == 0, fmt.Sprintf("%d of %d missing, e.g. %v", len(missing), len(acked), first(missing, 5))
+		})
+	})
+
+	t.Run("partition: the minority refuses writes, the majority goes on, heal converges", func(t *testing.T) {
+		iso := s.Hosts[1]
+		if err := iso.Partition(); err != nil {
+			t.Fatal(err)
+		}
+		healed := false
+		defer func() {
+			if !healed {
+				iso.Heal()
+			}
+		}()
+		start := time.Now()
+		waitFor(t, 20*time.Second, "partitioned host refuses writes", func() (bool, string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
+			defer cancel()
+			_, err := iso.Kubectl(ctx, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: minority-"+fmt.Sprint(time.Now().UnixNano())+"\n", "create", "-f", "-")
+			return err != nil, "write accepted"
+		})
+		t.Logf("FIGURE: partitioned host refused writes %s after the partition", time.Since(start).Round(100*time.Millisecond))
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if _, err := s.Hosts[0].Kubectl(ctx, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: majority\n", "create", "-f", "-"); err != nil {
+			t.Fatalf("majority write: %v", err)
+		}
+		iso.Heal()
+		healed = true
+		waitFor(t, 60*time.Second, "healed host converges", func() (bool, string) {
+			out, err := iso.Kubectl(ctx, "", "get", "cm", "majority", "-o", "name")
+			return err == nil && strings.TrimSpace(out) == "configmap/majority", fmt.Sprint(out, err)
+		})
+	})
+}
+
+func TestWrongTokenCannotJoin(t *testing.T) {
+	s := newSite(t, 2)
+	if err := s.Hosts[0].Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := s.Hosts[0].WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "token")
+	good, _ := os.ReadFile(s.Hosts[0].TokenFile())
+	tok := strings.TrimSpace(string(good))
+	// Same CA pin, another secret.
+	wrong := tok[:strings.LastIndex(tok, ":")+1] + "not-the-secret"
+	if err := os.WriteFile(bad, []byte(wrong+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Hosts[1].Start("--token-file", bad, "--join", s.Hosts[0].GossipAddr()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the joiner reports why it cannot join", func() (bool, string) {
+		return strings.Contains(s.Hosts[1].Logs(), "No installed keys could decrypt the message") ||
+			strings.Contains(s.Hosts[1].Logs(), "token does not match"), tailLines(s.Hosts[1].Logs(), 5)
+	})
+	waitFor(t, 30*time.Second, "the site logs the rejected gossip", func() (bool, string) {
+		return strings.Contains(s.Hosts[0].Logs(), "decrypt"), tailLines(s.Hosts[0].Logs(), 5)
+	})
+	time.Sleep(5 * time.Second)
+	n, out := readyNodes(s.Hosts[0])
+	if n != 1 || strings.Contains(out, "host-2") {
+		t.Errorf("a host with a wrong token got in:\n%s", out)
+	}
+	if _, err := os.Stat(s.Hosts[1].Kubeconfig()); err == nil {
+		t.Errorf("the host with a wrong token has a kubeconfig")
+	}
+}
+
+// writer creates ConfigMaps counter-0, counter-1, ... through one host and records which
+// creates were acknowledged.
+type writer struct {
+	mu     sync.Mutex
+	ok     []string
+	errs   int
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startWriter(t *testing.T, h *harness.Host) *writer {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &writer{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for i := 0; ctx.Err() == nil; i++ {
+			name := fmt.Sprintf("counter-%d", i)
+			cctx, c := context.WithTimeout(ctx, 10*time.Second)
+			_, err := h.Kubectl(cctx, fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  labels:\n    stream: counter\ndata:\n  n: %q\n", name, fmt.Sprint(i)), "create", "-f", "-")
+			c()
+			w.mu.Lock()
+			if err == nil {
+				w.ok = append(w.ok, name)
+			} else {
+				w.errs++
+			}
+			w.mu.Unlock()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { w.stop() })
+	return w
+}
+
+func (w *writer) acked() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.ok)
+}
+
+func (w *writer) failed() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.errs
+}
+
+func (w *writer) stop() []string {
+	w.cancel()
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.ok...)
+}
+
+func first(s []string, n int) []string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+func tailLines(s string, n int) string {
+	var keep []string
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		if len(l) > 5 && (l[0] == 'I' || l[0] == 'W') && l[1] >= '0' && l[1] <= '9' {
+			continue
+		}
+		keep = append(keep, l)
+	}
+	if len(keep) > n {
+		keep = keep[len(keep)-n:]
+	}
+	return strings.Join(keep, "\n")
+}
