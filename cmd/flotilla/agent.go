@@ -21,6 +21,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/kubernetes"
@@ -54,6 +55,7 @@ type agentOptions struct {
 	etcdVoters     int
 	replaceAfter   time.Duration
 	nodeLabels     map[string]string
+	controllers    string
 }
 
 func newAgentCommand() *cobra.Command {
@@ -84,6 +86,7 @@ func newAgentCommand() *cobra.Command {
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the site's join token (the first host writes <data-dir>/token; joining hosts need a copy)")
 	f.IntVar(&o.etcdVoters, "etcd-voters", 3, "how many hosts hold an etcd vote (1, 3 or 5)")
 	f.DurationVar(&o.replaceAfter, "voter-replace-after", 60*time.Second, "remove an etcd voter that gossip reports dead for this long")
+	f.StringVar(&o.controllers, "controllers", "*", "controllers this host runs when it leads: * for all, a comma list of names, or empty for none")
 	f.StringToStringVar(&o.nodeLabels, "node-label", nil, "extra labels of this host's Node (key=value, repeatable)")
 	return cmd
 }
@@ -377,14 +380,50 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 		Name: o.name, Address: o.advertise, Labels: o.nodeLabels, DataDir: dataDir,
 		KubeletVersion: version.Get().GitVersion,
 	})
-	if state.Member {
+	reconcileMembership := func() {
 		rec := &etcd.Reconciler{Client: etcdClient, Endpoint: clientURL.String(), DeadSince: deadSince, ReplaceAfter: o.replaceAfter}
 		go rec.Run(runCtx)
 	}
+	promoted := make(chan *etcd.Member, 1)
+	if state.Member {
+		reconcileMembership()
+	} else {
+		// A standby host: when the site lacks a voter (one was removed after dying), the
+		// first healthy standby by name takes its place.
+		go func() {
+			m, err := standby(runCtx, o, gossip, etcdClient, token, etcd.Config{
+				Name: o.name, DataDir: filepath.Join(dataDir, "etcd"), ClientURL: clientURL, PeerURL: peerURL,
+				CAFile: ca.CertFile(), ServerCert: etcdServerCert, ServerKey: etcdServerKey,
+				PeerCert: etcdPeerCert, PeerKey: etcdPeerKey, ReadyTimeout: 2 * time.Minute,
+			})
+			if err != nil {
+				if runCtx.Err() == nil {
+					log.WithError(err).Error("standby could not become an etcd voter")
+				}
+				return
+			}
+			state.Member = true
+			if err := state.Save(statePath); err != nil {
+				log.WithError(err).Error("save cluster state")
+			}
+			meta.Roles = append(meta.Roles, "etcd")
+			meta.EtcdClientURL, meta.EtcdPeerURL = clientURL.String(), peerURL.String()
+			_ = gossip.UpdateMeta(meta)
+			reconcileMembership()
+			promoted <- m
+		}()
+	}
+	enabled, err := selectControllers(o.controllers)
+	if err != nil {
+		return err
+	}
 	go func() {
+		if len(enabled) == 0 {
+			return
+		}
 		_ = controllers.RunWhileLeader(runCtx, server.Loopback, "flotilla-controllers", o.name, controllers.LeaderConfig{},
 			func(ctx context.Context) {
-				if err := controllers.RunControllers(ctx, server.Loopback, controllerList()); err != nil {
+				if err := controllers.RunControllers(ctx, server.Loopback, enabled); err != nil {
 					log.WithError(err).Error("controllers")
 				}
 			})
@@ -394,13 +433,23 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 	if member != nil {
 		etcdErr = member.Err()
 	}
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down")
-	case err := <-apiDone:
-		return fmt.Errorf("API server stopped: %w", err)
-	case err := <-etcdErr:
-		return fmt.Errorf("etcd stopped: %w", err)
+	var runErr error
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("shutting down")
+			break wait
+		case m := <-promoted:
+			member, etcdErr = m, m.Err()
+			log.Info("this host is now an etcd voter")
+		case err := <-apiDone:
+			runErr = fmt.Errorf("API server stopped: %w", err)
+			break wait
+		case err := <-etcdErr:
+			runErr = fmt.Errorf("etcd stopped: %w", err)
+			break wait
+		}
 	}
 	cancel()
 	select {
@@ -417,7 +466,60 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 			log.Warn("etcd did not stop within 2s; exiting anyway")
 		}
 	}
-	return nil
+	return runErr
+}
+
+// standby waits until the site has fewer etcd members than its voter target and this host is
+// the first alive non-member by name, then joins etcd as a learner and waits for promotion.
+func standby(ctx context.Context, o *agentOptions, gossip *membership.Membership, client *clientv3.Client, token etcd.Token, cfg etcd.Config) (*etcd.Member, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(3 * time.Second):
+		}
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		list, err := client.MemberList(lctx)
+		cancel()
+		if err != nil || len(list.Members) >= o.etcdVoters {
+			continue
+		}
+		names := map[string]bool{}
+		for _, m := range list.Members {
+			names[m.Name] = true
+		}
+		first := ""
+		for _, m := range gossip.Members() {
+			if m.State == membership.Alive && !names[m.Name] && m.Meta.APIURL != "" {
+				first = m.Name
+				break
+			}
+		}
+		if first != o.name {
+			continue
+		}
+		resp, err := joinSite(ctx, gossip, token, etcd.JoinRequest{Name: o.name, PeerURL: cfg.PeerURL.String(), ClientURL: cfg.ClientURL.String(), WantMember: true})
+		if err != nil {
+			return nil, err
+		}
+		if !resp.Member {
+			continue
+		}
+		_ = os.RemoveAll(cfg.DataDir)
+		cfg.InitialCluster = resp.InitialCluster
+		m, err := etcd.Start(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		err = m.WaitVoter(wctx, client)
+		cancel()
+		if err != nil {
+			m.Close()
+			return nil, err
+		}
+		return m, nil
+	}
 }
 
 // joinSite asks the site's hosts (learned by gossip) to let this host in, until one does.

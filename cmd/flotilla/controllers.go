@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/deployment"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/garbagecollector"
@@ -18,4 +21,35 @@ func controllerList() []controllers.Named {
 		{Name: "garbagecollector", New: func(c *controllers.Context) (controllers.Runner, error) { return garbagecollector.New(c) }, Workers: 3},
 		{Name: "namespace", New: func(c *controllers.Context) (controllers.Runner, error) { return namespace.New(c) }, Workers: 2},
 	}
+}
+
+// selectControllers returns the controllers named by --controllers.
+func selectControllers(spec string) ([]controllers.Named, error) {
+	all := controllerList()
+	spec = strings.TrimSpace(spec)
+	if spec == "*" {
+		return all, nil
+	}
+	var out []controllers.Named
+	for _, name := range strings.Split(spec, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		found := false
+		for _, c := range all {
+			if c.Name == name {
+				out = append(out, c)
+				found = true
+			}
+		}
+		if !found {
+			var names []string
+			for _, c := range all {
+				names = append(names, c.Name)
+			}
+			return nil, fmt.Errorf("--controllers: unknown controller %q (known: %s)", name, strings.Join(names, ", "))
+		}
+	}
+	return out, nil
 }

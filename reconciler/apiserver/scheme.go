@@ -132,3 +132,19 @@ func addFieldLabelConversions(scheme *runtime.Scheme) error {
 func reflectNew(t reflect.Type) runtime.Object {
 	return reflect.New(t).Interface().(runtime.Object)
 }
+
+// jsonOnly hides the protobuf serializer: our own kinds have no protobuf encoding, so a client
+// that accepts both (like the metadata client) must be answered in JSON.
+type jsonOnly struct {
+	runtime.NegotiatedSerializer
+}
+
+func (j jsonOnly) SupportedMediaTypes() []runtime.SerializerInfo {
+	var out []runtime.SerializerInfo
+	for _, info := range j.NegotiatedSerializer.SupportedMediaTypes() {
+		if info.MediaType != runtime.ContentTypeProtobuf {
+			out = append(out, info)
+		}
+	}
+	return out
+}

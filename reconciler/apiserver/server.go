@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
 
+	flotillav1alpha1 "github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/openapi"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/validation"
 )
@@ -195,6 +196,9 @@ func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, c
 		info, ok := groups[r.gv.Group]
 		if !ok {
 			gi := genericapiserver.NewDefaultAPIGroupInfo(r.gv.Group, scheme, metav1.ParameterCodec, codecs)
+			if r.gv.Group == flotillav1alpha1.GroupName {
+				gi.NegotiatedSerializer = jsonOnly{gi.NegotiatedSerializer}
+			}
 			info = &gi
 			groups[r.gv.Group] = info
 			order = append(order, r.gv.Group)

@@ -334,3 +334,51 @@ func tailLines(s string, n int) string {
 	}
 	return strings.Join(keep, "\n")
 }
+
+func TestDeadVoterIsReplaced(t *testing.T) {
+	s := newSite(t, 5)
+	startSite(t, s, "--voter-replace-after", "10s")
+	cli := etcdClient(t, s.Hosts[0])
+	voters := func() (map[string]bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		l, err := cli.MemberList(ctx)
+		if err != nil {
+			return nil, err.Error()
+		}
+		out := map[string]bool{}
+		for _, m := range l.Members {
+			if !m.IsLearner && m.Name != "" {
+				out[m.Name] = true
+			}
+		}
+		return out, fmt.Sprint(l.Members)
+	}
+	waitFor(t, 60*time.Second, "3 voters of 5 hosts", func() (bool, string) {
+		v, s := voters()
+		return len(v) == 3, s
+	})
+	v, _ := voters()
+	var victim *harness.Host
+	for _, h := range s.Hosts[1:] {
+		if v[h.Name] {
+			victim = h
+			break
+		}
+	}
+	if victim == nil {
+		t.Fatalf("no voter besides host-1: %v", v)
+	}
+	killed := time.Now()
+	victim.Kill()
+	waitFor(t, 90*time.Second, "another host replaces the dead voter", func() (bool, string) {
+		v, s := voters()
+		return len(v) == 3 && !v[victim.Name], s
+	})
+	t.Logf("FIGURE: dead voter %s replaced %s after the kill (replace delay 10s)", victim.Name, time.Since(killed).Round(100*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.Hosts[0].Kubectl(ctx, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: after-replace\n", "create", "-f", "-"); err != nil {
+		t.Fatalf("write after the replacement: %v", err)
+	}
+}

@@ -26,7 +26,7 @@ import (
 // startCollector starts a real agent and runs the collector in-process against it.
 func startCollector(t *testing.T) (*framework.Agent, kubernetes.Interface) {
 	t.Helper()
-	a := framework.StartAgent(t, framework.AgentOptions{})
+	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers="}})
 	cc, err := controllers.NewContext(a.RESTConfig())
 	if err != nil {
 		t.Fatal(err)

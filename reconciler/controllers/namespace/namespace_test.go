@@ -3,6 +3,7 @@ package namespace
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ import (
 // startController starts a real agent and runs the namespace controller in-process against it.
 func startController(t *testing.T) (*framework.Agent, kubernetes.Interface) {
 	t.Helper()
-	a := framework.StartAgent(t, framework.AgentOptions{})
+	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers="}})
 	cc, err := controllers.NewContext(a.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +116,42 @@ func TestNamespaceDeletion(t *testing.T) {
 		// in storage: nothing may be left.
 		if left := count(t, a, "x"); left != "" {
 			t.Errorf("left in storage after the namespace went:\n%s", left)
+		}
+	})
+
+	t.Run("a namespace with 50 objects is emptied and removed; creates in it are refused meanwhile", func(t *testing.T) {
+		var b strings.Builder
+		b.WriteString("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: bulk\n")
+		for i := 0; i < 25; i++ {
+			fmt.Fprintf(&b, "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm-%d, namespace: bulk}\ndata: {i: \"%d\"}\n", i, i)
+			fmt.Fprintf(&b, "---\napiVersion: v1\nkind: Secret\nmetadata: {name: s-%d, namespace: bulk}\nstringData: {i: \"%d\"}\n", i, i)
+		}
+		a.MustKubectl(b.String(), "apply", "-f", "-")
+		if got := strings.Count(count(t, a, "bulk"), "\n") + 1; got < 50 {
+			t.Fatalf("%d objects created, want 50", got)
+		}
+		// A finalizer holds one object so the namespace stays Terminating long enough to
+		// check that creates are refused.
+		a.MustKubectl("", "-n", "bulk", "patch", "cm", "cm-0", "--type=merge", "-p", `{"metadata":{"finalizers":["example.com/hold"]}}`)
+		a.MustKubectl("", "delete", "ns", "bulk", "--wait=false")
+		_, errOut, err := a.Kubectl("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: late, namespace: bulk}\n", "create", "-f", "-")
+		if err == nil || !strings.Contains(errOut, "is being terminated") {
+			t.Errorf("create in a Terminating namespace: err=%v %s, want Forbidden ... is being terminated", err, errOut)
+		}
+		a.MustKubectl("", "-n", "bulk", "patch", "cm", "cm-0", "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, err := c.CoreV1().Namespaces().Get(ctx, "bulk", metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("namespace bulk still there after 30s: %v; left: %s", err, count(t, a, "bulk"))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if left := count(t, a, "bulk"); left != "" {
+			t.Errorf("left in storage:\n%s", left)
 		}
 	})
 

@@ -23,7 +23,7 @@ import (
 // informers and runs the controllers until the test ends.
 func Start(t *testing.T, constructors ...controllers.Constructor) (*framework.Agent, kubernetes.Interface) {
 	t.Helper()
-	a := framework.StartAgent(t, framework.AgentOptions{})
+	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers="}})
 	cctx, err := controllers.NewContext(a.RESTConfig())
 	if err != nil {
 		t.Fatalf("controller context: %v", err)
