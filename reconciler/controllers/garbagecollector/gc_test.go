@@ -19,46 +19,18 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/flotilla-dev/flotilla/reconciler/controllers"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/internal/controllertest"
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
 
 // startCollector starts a real agent and runs the collector in-process against it.
 func startCollector(t *testing.T) (*framework.Agent, kubernetes.Interface) {
 	t.Helper()
-	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers="}})
-	cc, err := controllers.NewContext(a.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	gc, err := New(cc)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	a, c, gc := controllertest.StartController(t, New)
 	if w := gc.watched(); !w.Has(corev1.SchemeGroupVersion.WithResource("configmaps")) || w.Has(corev1.SchemeGroupVersion.WithResource("events")) {
 		t.Fatalf("watched resources = %v: want configmaps, not events", w.UnsortedList())
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gc.Run(ctx, 2) }()
-	cc.Informers.Start(ctx.Done())
-	cc.MetadataInformers.Start(ctx.Done())
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		cc.MetadataInformers.Shutdown()
-		cc.Informers.Shutdown()
-	})
-	return a, cc.Client
-}
-
-func createNamespace(t *testing.T, c kubernetes.Interface, name string) {
-	t.Helper()
-	if _, err := c.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create namespace %s: %v", name, err)
-	}
+	return a, c
 }
 
 func ownerRef(kind string, o metav1.Object, block bool) metav1.OwnerReference {
@@ -128,7 +100,7 @@ func TestGarbageCollector(t *testing.T) {
 
 	t.Run("background deletion removes dependents; a dependent with another live owner keeps it", func(t *testing.T) {
 		ns := "bg"
-		createNamespace(t, c, ns)
+		controllertest.Namespace(t, c, ns)
 		owner := createCM(t, c, ns, "owner")
 		other := createCM(t, c, ns, "other")
 		createCM(t, c, ns, "dep-1", ownerRef("ConfigMap", owner, false))
@@ -152,7 +124,7 @@ func TestGarbageCollector(t *testing.T) {
 
 	t.Run("background deletion cascades through three levels and kinds", func(t *testing.T) {
 		ns := "chain"
-		createNamespace(t, c, ns)
+		controllertest.Namespace(t, c, ns)
 		top := createCM(t, c, ns, "top")
 		mid, err := c.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mid",
 			OwnerReferences: []metav1.OwnerReference{ownerRef("ConfigMap", top, true)}}}, metav1.CreateOptions{})
@@ -171,8 +143,8 @@ func TestGarbageCollector(t *testing.T) {
 
 	t.Run("owners are resolved by UID, live, and only in the dependent's namespace", func(t *testing.T) {
 		ns := "resolve"
-		createNamespace(t, c, ns)
-		createNamespace(t, c, "resolve-other")
+		controllertest.Namespace(t, c, ns)
+		controllertest.Namespace(t, c, "resolve-other")
 		// A cluster-scoped owner may own namespaced dependents.
 		ic, err := c.NetworkingV1().IngressClasses().Create(ctx, &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: "gc-test"},
 			Spec: networkingv1.IngressClassSpec{Controller: "flotilla.dev/test"}}, metav1.CreateOptions{})
@@ -202,7 +174,7 @@ func TestGarbageCollector(t *testing.T) {
 
 	t.Run("orphan leaves dependents without the reference and removes the owner", func(t *testing.T) {
 		ns := "orphan"
-		createNamespace(t, c, ns)
+		controllertest.Namespace(t, c, ns)
 		owner := createCM(t, c, ns, "owner")
 		keep := createCM(t, c, ns, "keep")
 		createCM(t, c, ns, "dep-1", ownerRef("ConfigMap", owner, true))
@@ -222,7 +194,7 @@ func TestGarbageCollector(t *testing.T) {
 
 	t.Run("foreground deletion deletes dependents first, then the owner", func(t *testing.T) {
 		ns := "fg"
-		createNamespace(t, c, ns)
+		controllertest.Namespace(t, c, ns)
 		owner := createCM(t, c, ns, "owner")
 		child := createCM(t, c, ns, "child", ownerRef("ConfigMap", owner, true))
 		createCM(t, c, ns, "grandchild", ownerRef("ConfigMap", child, true))

@@ -14,36 +14,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/flotilla-dev/flotilla/reconciler/controllers"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/internal/controllertest"
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
 
 // startController starts a real agent and runs the namespace controller in-process against it.
 func startController(t *testing.T) (*framework.Agent, kubernetes.Interface) {
 	t.Helper()
-	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers="}})
-	cc, err := controllers.NewContext(a.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := New(cc)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- nc.Run(ctx, 2) }()
-	cc.Informers.Start(ctx.Done())
-	cc.MetadataInformers.Start(ctx.Done())
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		cc.Informers.Shutdown()
-		cc.MetadataInformers.Shutdown()
-	})
-	return a, cc.Client
+	a, c, _ := controllertest.StartController(t, New)
+	return a, c
 }
 
 const content = `apiVersion: v1

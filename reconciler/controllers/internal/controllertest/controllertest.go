@@ -53,8 +53,22 @@ func Start(t *testing.T, constructors ...controllers.Constructor) (*framework.Ag
 		cancel()
 		wg.Wait()
 		cctx.Informers.Shutdown()
+		cctx.MetadataInformers.Shutdown()
 	})
 	return a, a.Client()
+}
+
+// StartController is Start for one controller whose constructor returns its own type, and
+// also returns the controller, for tests that look inside it.
+func StartController[R controllers.Runner](t *testing.T, newController func(*controllers.Context) (R, error)) (*framework.Agent, kubernetes.Interface, R) {
+	t.Helper()
+	var c R
+	a, client := Start(t, func(cctx *controllers.Context) (controllers.Runner, error) {
+		var err error
+		c, err = newController(cctx)
+		return c, err
+	})
+	return a, client, c
 }
 
 // Namespace creates a namespace for one test.
