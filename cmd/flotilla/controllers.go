@@ -6,8 +6,10 @@ import (
 
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/deployment"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/endpointslice"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/garbagecollector"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/namespace"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/nodelifecycle"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/replicaset"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/serviceaccount"
 )
@@ -19,6 +21,8 @@ func controllerList() []controllers.Named {
 		{Name: "deployment", New: deployment.New, Workers: 3},
 		{Name: "serviceaccount", New: serviceaccount.New, Workers: 1},
 		{Name: "garbagecollector", New: func(c *controllers.Context) (controllers.Runner, error) { return garbagecollector.New(c) }, Workers: 3},
+		{Name: "endpointslice", New: endpointslice.New, Workers: 3},
+		{Name: "nodelifecycle", New: nodelifecycle.New, Workers: 1},
 		{Name: "namespace", New: func(c *controllers.Context) (controllers.Runner, error) { return namespace.New(c) }, Workers: 2},
 	}
 }

@@ -207,6 +207,13 @@ func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, c
 		if err != nil {
 			return err
 		}
+		if r.groupResource() == corev1.Resource("services") {
+			alloc, err := newServiceAllocators(optsGetter, vopts.ServiceCIDR, vopts.NodePortMin, vopts.NodePortMax)
+			if err != nil {
+				return err
+			}
+			alloc.install(st)
+		}
 		wrapped := &store{Store: st, shortNames: r.shortNames, categories: r.categories}
 		stores[r.groupResource()] = wrapped
 		strategies[r.groupResource()] = strat

@@ -90,6 +90,7 @@ func newStatusREST(main *genericregistry.Store, strat *strategy) *statusREST {
 	st.UpdateStrategy = ss
 	st.ResetFieldsStrategy = ss
 	st.CreateStrategy = nil
+	st.BeginCreate, st.BeginUpdate, st.AfterDelete = nil, nil, nil
 	return &statusREST{store: &st}
 }
 

@@ -125,7 +125,7 @@ func StartAgent(t testing.TB, o AgentOptions) *Agent {
 	a.APIPort = FreePort(t)
 	a.Args = append([]string{"agent", "--data-dir", o.DataDir, "--name", o.Name, "--listen-address", "127.0.0.1",
 		"--api-port", strconv.Itoa(a.APIPort), "--etcd-client-port", strconv.Itoa(FreePort(t)),
-		"--etcd-peer-port", strconv.Itoa(FreePort(t))}, o.Extra...)
+		"--etcd-peer-port", strconv.Itoa(FreePort(t)), "--gossip-port", strconv.Itoa(FreePort(t))}, o.Extra...)
 	a.start()
 	t.Cleanup(func() { a.Stop() })
 	return a
@@ -202,6 +202,8 @@ func (a *Agent) RESTConfig() *rest.Config {
 	if err != nil {
 		a.t.Fatalf("load kubeconfig: %v", err)
 	}
+	// Tests measure the server, not client-go's default 5 requests/s limit.
+	cfg.QPS, cfg.Burst = 500, 1000
 	return cfg
 }
 
