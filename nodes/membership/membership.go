@@ -104,9 +104,10 @@ type Membership struct {
 	ml     *memberlist.Memberlist
 	events chan Event
 
-	mu      sync.Mutex
-	meta    []byte
-	members map[string]*Member
+	leaveOnce sync.Once
+	mu        sync.Mutex
+	meta      []byte
+	members   map[string]*Member
 }
 
 // New starts gossip on the configured address (without joining anyone).
@@ -198,12 +199,15 @@ func (m *Membership) UpdateMeta(meta Meta) error {
 	return m.ml.UpdateNode(5 * time.Second)
 }
 
-// Leave announces a graceful departure and stops gossip.
+// Leave announces a graceful departure and stops gossip; later calls do nothing.
 func (m *Membership) Leave(timeout time.Duration) error {
-	err := m.ml.Leave(timeout)
-	if serr := m.ml.Shutdown(); err == nil {
-		err = serr
-	}
+	var err error
+	m.leaveOnce.Do(func() {
+		err = m.ml.Leave(timeout)
+		if serr := m.ml.Shutdown(); err == nil {
+			err = serr
+		}
+	})
 	return err
 }
 

@@ -168,6 +168,9 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// Destroy closes the storage clients (after Run has returned).
+func (s *Server) Destroy() { s.generic.Destroy() }
+
 // Run serves until ctx is cancelled.
 func (s *Server) Run(ctx context.Context) error {
 	return s.generic.PrepareRun().RunWithContext(ctx)

@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -41,9 +41,9 @@ type Config struct {
 
 // Member is a running embedded etcd member.
 type Member struct {
-	e         *embed.Etcd
-	cfg       Config
-	closeOnce sync.Once
+	e       *embed.Etcd
+	cfg     Config
+	closing atomic.Bool
 }
 
 // Start starts a member. A new data directory bootstraps a one-member cluster (or joins the
@@ -120,8 +120,14 @@ func (m *Member) ClientURLs() []string { return []string{m.cfg.ClientURL.String(
 // Err reports a fatal error of the running member.
 func (m *Member) Err() <-chan error { return m.e.Err() }
 
-// Close stops the member; it is safe to call more than once.
-func (m *Member) Close() { m.closeOnce.Do(m.e.Close) }
+// Close stops the member; it is safe to call more than once, and returns at once when
+// another call is already stopping it.
+func (m *Member) Close() {
+	if !m.closing.CompareAndSwap(false, true) {
+		return
+	}
+	m.e.Close()
+}
 
 // NewClient returns an etcd client for endpoints with the site's client certificate.
 func NewClient(endpoints []string, caFile, certFile, keyFile string) (*clientv3.Client, error) {
