@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -240,8 +242,8 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 
 	var initialCluster string
 	adminTokenPath := filepath.Join(dataDir, "admin-token")
+	joinErr := make(chan error, 1)
 	if !bootstrap {
-		joinErr := make(chan error, 1)
 		go func() {
 			_, err := gossip.Join(o.join, ctx.Done())
 			joinErr <- err
@@ -262,7 +264,7 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 			if err := os.WriteFile(adminTokenPath, []byte(resp.AdminToken+"\n"), 0o600); err != nil {
 				return err
 			}
-			state = &etcd.ClusterState{Member: resp.Member, ClientURLs: resp.ClientURLs}
+			state = &etcd.ClusterState{Member: resp.Member, ClientURLs: resp.ClientURLs, PeerURL: peerURL.String()}
 			initialCluster = resp.InitialCluster
 			log.WithFields(logrus.Fields{"member": resp.Member, "initialCluster": initialCluster}).Info("joined the site")
 		}
@@ -296,6 +298,28 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
+
+	restarted := initialCluster == "" && !bootstrap
+	if restarted && state.Member && state.PeerURL != "" && state.PeerURL != peerURL.String() {
+		// This host's address changed: its identity is its name, so tell the cluster the new
+		// peer URL before starting (the other members would not reach the old one).
+		if err := waitJoined(ctx, joinErr, 2*time.Minute); err != nil {
+			return err
+		}
+		if err := movePeerURL(ctx, gossip, o.name, peerURL.String(), ca.CertFile(), etcdClientCert, etcdClientKey); err != nil {
+			return err
+		}
+		log.WithFields(logrus.Fields{"from": state.PeerURL, "to": peerURL.String()}).Info("etcd peer URL updated after an address change")
+	}
+	if restarted && !state.Member {
+		// A standby uses the voters that gossip knows now, not those of its first join.
+		if waitJoined(ctx, joinErr, 15*time.Second) == nil {
+			if urls := gossipEtcdURLs(ctx, gossip, o.name, 5*time.Second); len(urls) > 0 {
+				state.ClientURLs = urls
+			}
+		}
+	}
+	state.PeerURL = peerURL.String()
 
 	start := time.Now()
 	etcdServers := state.ClientURLs
@@ -361,7 +385,7 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 	if err := writeKubeconfig(kubeconfigPath, apiURL, ca.CertPEM, adminToken, o.name); err != nil {
 		return err
 	}
-	meta := membership.Meta{Roles: []string{"host"}, APIURL: apiURL}
+	meta := membership.Meta{Roles: []string{"host"}, APIURL: apiURL, LabelsHash: labelsHash(o.nodeLabels)}
 	if state.Member {
 		meta.Roles = append(meta.Roles, "etcd")
 		meta.EtcdClientURL = clientURL.String()
@@ -565,6 +589,65 @@ func joinSite(ctx context.Context, gossip *membership.Membership, token etcd.Tok
 	}
 }
 
+// waitJoined waits for the gossip join started at boot.
+func waitJoined(ctx context.Context, joinErr chan error, timeout time.Duration) error {
+	select {
+	case err := <-joinErr:
+		joinErr <- err // later waiters see it too
+		return err
+	case <-time.After(timeout):
+		return fmt.Errorf("gossip join not done after %s", timeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// gossipEtcdURLs returns the etcd client URLs that alive hosts publish, waiting up to timeout
+// for gossip to show at least one.
+func gossipEtcdURLs(ctx context.Context, g *membership.Membership, self string, timeout time.Duration) []string {
+	deadline := time.Now().Add(timeout)
+	for {
+		var urls []string
+		for _, m := range g.Members() {
+			if m.Name != self && m.State == membership.Alive && m.Meta.EtcdClientURL != "" {
+				urls = append(urls, m.Meta.EtcdClientURL)
+			}
+		}
+		if len(urls) > 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return urls
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// movePeerURL records a member's new peer URL through the other members.
+func movePeerURL(ctx context.Context, g *membership.Membership, name, peerURL, caFile, certFile, keyFile string) error {
+	urls := gossipEtcdURLs(ctx, g, name, time.Minute)
+	if len(urls) == 0 {
+		return errors.New("address changed, but gossip shows no other etcd member to record the new peer URL with")
+	}
+	cli, err := etcd.NewClient(urls, caFile, certFile, keyFile)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	list, err := cli.MemberList(cctx)
+	if err != nil {
+		return fmt.Errorf("list etcd members to update the peer URL: %w", err)
+	}
+	for _, m := range list.Members {
+		if m.Name == name {
+			if _, err := cli.MemberUpdate(cctx, m.ID, []string{peerURL}); err != nil {
+				return fmt.Errorf("update peer URL of %s: %w", name, err)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("etcd has no member named %s (removed while away?): wipe %s/etcd and cluster.json to rejoin", name, "<data-dir>")
+}
+
 // trackDead follows gossip and reports since when each dead host has been dead.
 func trackDead(ctx context.Context, g *membership.Membership) func() map[string]time.Time {
 	var mu sync.Mutex
@@ -597,6 +680,24 @@ func trackDead(ctx context.Context, g *membership.Membership) func() map[string]
 		}
 		return out
 	}
+}
+
+// labelsHash summarises the host's extra Node labels for gossip (a change shows as an update
+// event without carrying the labels themselves, which may not fit in the metadata).
+func labelsHash(labels map[string]string) string {
+	if len(labels) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "%s=%s\n", k, labels[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 func randomHex(n int) (string, error) {

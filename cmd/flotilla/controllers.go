@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/daemonset"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/deployment"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/endpointslice"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/garbagecollector"
@@ -12,6 +13,7 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/nodelifecycle"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/replicaset"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/serviceaccount"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/statefulset"
 )
 
 // controllerList is every controller the leader runs.
@@ -19,6 +21,8 @@ func controllerList() []controllers.Named {
 	return []controllers.Named{
 		{Name: "replicaset", New: replicaset.New, Workers: 3},
 		{Name: "deployment", New: deployment.New, Workers: 3},
+		{Name: "statefulset", New: statefulset.New, Workers: 2},
+		{Name: "daemonset", New: daemonset.New, Workers: 2},
 		{Name: "serviceaccount", New: serviceaccount.New, Workers: 1},
 		{Name: "garbagecollector", New: func(c *controllers.Context) (controllers.Runner, error) { return garbagecollector.New(c) }, Workers: 3},
 		{Name: "endpointslice", New: endpointslice.New, Workers: 3},

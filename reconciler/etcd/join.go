@@ -238,6 +238,9 @@ func RequestJoin(ctx context.Context, apiURL string, token Token, req JoinReques
 type ClusterState struct {
 	Member     bool     `json:"member"`
 	ClientURLs []string `json:"clientURLs,omitempty"`
+	// PeerURL is the peer URL this member last advertised; a change means the host's
+	// address changed and the cluster must learn the new one.
+	PeerURL string `json:"peerURL,omitempty"`
 }
 
 // LoadClusterState reads path; a missing file means a new host.

@@ -222,6 +222,63 @@ func TestThreeHostSite(t *testing.T) {
 	})
 }
 
+func TestAddressChangeKeepsIdentity(t *testing.T) {
+	s := newSite(t, 3)
+	startSite(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := s.Hosts[0].Kubectl(ctx, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: before-move\n", "create", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	mover := s.Hosts[2]
+	if err := mover.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	newIP := s.Subnet() + ".100"
+	if err := mover.MoveTo(newIP); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(mover.Kubeconfig()); err != nil {
+		t.Fatal(err)
+	}
+	moved := time.Now()
+	if err := mover.StartJoining(s.Hosts[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := mover.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FIGURE: host back with its new address in %s", time.Since(moved).Round(100*time.Millisecond))
+	waitFor(t, 60*time.Second, "the moved host sees objects written before the move and accepts writes", func() (bool, string) {
+		if _, err := mover.Kubectl(ctx, "", "get", "cm", "before-move"); err != nil {
+			return false, err.Error()
+		}
+		_, err := mover.Kubectl(ctx, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: after-move\n", "apply", "-f", "-")
+		return err == nil, fmt.Sprint(err)
+	})
+	waitFor(t, 60*time.Second, "same Node, new InternalIP", func() (bool, string) {
+		out, err := s.Hosts[0].Kubectl(ctx, "", "get", "node", mover.Name, "-o", "jsonpath={.status.addresses[?(@.type=='InternalIP')].address}")
+		return err == nil && strings.TrimSpace(out) == newIP, fmt.Sprint(out, err)
+	})
+	cli := etcdClient(t, s.Hosts[0])
+	waitFor(t, 30*time.Second, "etcd member keeps its name with the new peer URL", func() (bool, string) {
+		l, err := cli.MemberList(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, m := range l.Members {
+			if m.Name == mover.Name {
+				return len(m.PeerURLs) == 1 && m.PeerURLs[0] == "https://"+newIP+":2380" && !m.IsLearner, fmt.Sprint(m.PeerURLs)
+			}
+		}
+		return false, fmt.Sprint(l.Members)
+	})
+	n, out := readyNodes(s.Hosts[0])
+	if n != 3 {
+		t.Errorf("after the move %d Ready nodes:\n%s", n, out)
+	}
+}
+
 func TestWrongTokenCannotJoin(t *testing.T) {
 	s := newSite(t, 2)
 	if err := s.Hosts[0].Start(); err != nil {

@@ -374,3 +374,22 @@ func randHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// MoveTo gives a stopped host a new address on the bridge (an edge host whose DHCP lease
+// changed). Start it again afterwards.
+func (h *Host) MoveTo(ip string) error {
+	if h.Running() {
+		return fmt.Errorf("%s is running; stop it before moving it", h.Name)
+	}
+	if err := run("ip", "-n", h.NetNS, "addr", "del", h.IP+"/24", "dev", "eth0"); err != nil {
+		return err
+	}
+	if err := run("ip", "-n", h.NetNS, "addr", "add", ip+"/24", "dev", "eth0"); err != nil {
+		return err
+	}
+	h.IP = ip
+	return nil
+}
+
+// Subnet returns the site's /24 prefix without the last octet ("10.213.N").
+func (s *Site) Subnet() string { return s.subnet }
