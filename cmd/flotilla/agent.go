@@ -58,6 +58,7 @@ type agentOptions struct {
 	replaceAfter   time.Duration
 	nodeLabels     map[string]string
 	controllers    string
+	tolerationSecs int64
 }
 
 func newAgentCommand() *cobra.Command {
@@ -89,6 +90,7 @@ func newAgentCommand() *cobra.Command {
 	f.IntVar(&o.etcdVoters, "etcd-voters", 3, "how many hosts hold an etcd vote (1, 3 or 5)")
 	f.DurationVar(&o.replaceAfter, "voter-replace-after", 60*time.Second, "remove an etcd voter that gossip reports dead for this long")
 	f.StringVar(&o.controllers, "controllers", "*", "controllers this host runs when it leads: * for all, a comma list of names, or empty for none")
+	f.Int64Var(&o.tolerationSecs, "default-toleration-seconds", 300, "tolerationSeconds of the not-ready/unreachable NoExecute tolerations new pods get: how long pods stay on a failed host before eviction")
 	f.StringToStringVar(&o.nodeLabels, "node-label", nil, "extra labels of this host's Node (key=value, repeatable)")
 	return cmd
 }
@@ -367,8 +369,9 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 		Tokens: map[string]*user.DefaultInfo{
 			adminToken: {Name: "admin", UID: "admin", Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}},
 		},
-		Validation:      vopts,
-		Unauthenticated: map[string]http.Handler{etcd.CACertsPath: joinServer, etcd.JoinPath: joinServer},
+		Validation:               vopts,
+		DefaultTolerationSeconds: o.tolerationSecs,
+		Unauthenticated:          map[string]http.Handler{etcd.CACertsPath: joinServer, etcd.JoinPath: joinServer},
 	})
 	if err != nil {
 		return err

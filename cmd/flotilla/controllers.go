@@ -9,10 +9,12 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/deployment"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/endpointslice"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/garbagecollector"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/job"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/namespace"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/nodelifecycle"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/replicaset"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/serviceaccount"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/servicelb"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/statefulset"
 )
 
@@ -23,6 +25,8 @@ func controllerList() []controllers.Named {
 		{Name: "deployment", New: deployment.New, Workers: 3},
 		{Name: "statefulset", New: statefulset.New, Workers: 2},
 		{Name: "daemonset", New: daemonset.New, Workers: 2},
+		{Name: "job", New: job.New, Workers: 3},
+		{Name: "servicelb", New: servicelb.New, Workers: 1},
 		{Name: "serviceaccount", New: serviceaccount.New, Workers: 1},
 		{Name: "garbagecollector", New: func(c *controllers.Context) (controllers.Runner, error) { return garbagecollector.New(c) }, Workers: 3},
 		{Name: "endpointslice", New: endpointslice.New, Workers: 3},

@@ -24,6 +24,7 @@ func applyKindHooks(s *strategy) {
 		s.prepareCreate = func(ctx context.Context, obj runtime.Object) {
 			pod := obj.(*corev1.Pod)
 			pod.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: qosClass(pod)}
+			addDefaultTolerations(pod, s.defaultTolerationSeconds)
 		}
 	case "Namespace":
 		s.prepareCreate = func(ctx context.Context, obj runtime.Object) {
@@ -217,3 +218,26 @@ func boolString(b bool) string {
 }
 
 func itoa32(n int32) string { return strconv.Itoa(int(n)) }
+
+// addDefaultTolerations gives a new pod the not-ready and unreachable NoExecute tolerations
+// for the given seconds unless it tolerates those taints already (upstream's
+// DefaultTolerationSeconds admission; spec concepts.md §11).
+func addDefaultTolerations(pod *corev1.Pod, seconds int64) {
+	if seconds < 0 {
+		return
+	}
+	for _, key := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
+		covered := false
+		for _, t := range pod.Spec.Tolerations {
+			if (t.Key == key || (t.Key == "" && t.Operator == corev1.TolerationOpExists)) &&
+				(t.Effect == "" || t.Effect == corev1.TaintEffectNoExecute) {
+				covered = true
+			}
+		}
+		if !covered {
+			sec := seconds
+			pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{
+				Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &sec})
+		}
+	}
+}

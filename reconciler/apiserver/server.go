@@ -55,6 +55,9 @@ type Config struct {
 	Tokens map[string]*user.DefaultInfo
 	// Validation carries the service CIDR and node port range.
 	Validation validation.Options
+	// DefaultTolerationSeconds is the tolerationSeconds of the node.kubernetes.io/not-ready and
+	// unreachable NoExecute tolerations added to new pods (300 like Kubernetes; negative: none).
+	DefaultTolerationSeconds int64
 	// Unauthenticated handlers are served before the authentication chain, by exact path
 	// (the join protocol and git webhooks authenticate themselves).
 	Unauthenticated map[string]http.Handler
@@ -154,7 +157,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create API server: %w", err)
 	}
-	if err := installAPIs(generic, scheme, codecs, gc.RESTOptionsGetter, cfg.Validation); err != nil {
+	if err := installAPIs(generic, scheme, codecs, gc.RESTOptionsGetter, cfg.Validation, cfg.DefaultTolerationSeconds); err != nil {
 		return nil, err
 	}
 	s := &Server{generic: generic, informer: informerFactory, Loopback: gc.LoopbackClientConfig}
@@ -190,7 +193,7 @@ func ensureNamespaces(ctx context.Context, client kubernetes.Interface) error {
 }
 
 // installAPIs creates the storage of every served resource and installs the API groups.
-func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, codecs serializer.CodecFactory, optsGetter generic.RESTOptionsGetter, vopts validation.Options) error {
+func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, codecs serializer.CodecFactory, optsGetter generic.RESTOptionsGetter, vopts validation.Options, tolerationSeconds int64) error {
 	groups := map[string]*genericapiserver.APIGroupInfo{}
 	var order []string
 	stores := map[schema.GroupResource]*store{}
@@ -210,6 +213,7 @@ func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, c
 		if err != nil {
 			return err
 		}
+		strat.defaultTolerationSeconds = tolerationSeconds
 		if r.groupResource() == corev1.Resource("services") {
 			alloc, err := newServiceAllocators(optsGetter, vopts.ServiceCIDR, vopts.NodePortMin, vopts.NodePortMax)
 			if err != nil {

@@ -38,6 +38,9 @@ type strategy struct {
 	prepareUpdate func(ctx context.Context, obj, old runtime.Object)
 	// keepStatusOnCreate lets a kind (Node) be created with its status.
 	keepStatusOnCreate bool
+	// defaultTolerationSeconds is the tolerationSeconds of the not-ready/unreachable
+	// tolerations new pods get (negative: none).
+	defaultTolerationSeconds int64
 }
 
 var (

@@ -230,6 +230,32 @@ func TestPodsAPI(t *testing.T) {
 		t.Errorf("created pod: phase %q scheduler %q pullPolicy %q", p.Status.Phase, p.Spec.SchedulerName, p.Spec.Containers[0].ImagePullPolicy)
 	}
 
+	t.Run("default tolerations for not-ready and unreachable", func(t *testing.T) {
+		want := map[string]bool{"node.kubernetes.io/not-ready": false, "node.kubernetes.io/unreachable": false}
+		for _, tol := range p.Spec.Tolerations {
+			if _, ok := want[tol.Key]; ok && tol.Effect == corev1.TaintEffectNoExecute && tol.Operator == corev1.TolerationOpExists &&
+				tol.TolerationSeconds != nil && *tol.TolerationSeconds == 300 {
+				want[tol.Key] = true
+			}
+		}
+		for k, ok := range want {
+			if !ok {
+				t.Errorf("no %s:NoExecute toleration for 300s in %+v", k, p.Spec.Tolerations)
+			}
+		}
+		own := pod("tolerant")
+		sec := int64(5)
+		own.Spec.Tolerations = []corev1.Toleration{{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &sec}}
+		got, err := c.CoreV1().Pods("default").Create(ctx, own, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Spec.Tolerations) != 2 || *got.Spec.Tolerations[0].TolerationSeconds != 5 {
+			t.Errorf("a pod's own toleration must be kept and only the missing one added: %+v", got.Spec.Tolerations)
+		}
+		_ = c.CoreV1().Pods("default").Delete(ctx, "tolerant", metav1.DeleteOptions{})
+	})
+
 	t.Run("binding succeeds once", func(t *testing.T) {
 		b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "bound"}, Target: corev1.ObjectReference{Kind: "Node", Name: "host-1"}}
 		if err := c.CoreV1().Pods("default").Bind(ctx, b, metav1.CreateOptions{}); err != nil {
