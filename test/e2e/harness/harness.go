@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
@@ -36,6 +37,9 @@ type Options struct {
 	Bin, Kubectl string
 	// Logf receives progress lines (t.Logf or fmt.Printf).
 	Logf func(format string, args ...any)
+	// Detach starts agents in their own session so they outlive this process (the demo);
+	// otherwise they die with it.
+	Detach bool
 }
 
 // Site is a set of hosts on a private bridge.
@@ -45,9 +49,8 @@ type Site struct {
 	subnet string // "10.213.N"
 	bridge string
 	Hosts  []*Host
-
-	mu      sync.Mutex
-	cleanup []func()
+	// routes are the blackhole routes this site added (and removes).
+	routes []string
 }
 
 // Host is one simulated machine.
@@ -64,6 +67,8 @@ type Host struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	args   []string
+	// pid is the agent's process, also for a site loaded from its state file.
+	pid int
 }
 
 // Preflight reports what the machine lacks for a site (root, iproute2, nsenter).
@@ -98,17 +103,10 @@ func New(opts Options) (*Site, error) {
 	return s, nil
 }
 
-func (s *Site) onClose(f func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.cleanup = append(s.cleanup, f)
-}
-
 func (s *Site) setup() error {
 	if err := run("ip", "link", "add", s.bridge, "type", "bridge"); err != nil {
 		return err
 	}
-	s.onClose(func() { _ = run("ip", "link", "del", s.bridge) })
 	// The root namespace gets .254 so tests can reach the hosts; the hosts have no default
 	// route, so nothing they send can leave the machine.
 	if err := run("ip", "addr", "add", s.subnet+".254/24", "dev", s.bridge); err != nil {
@@ -119,8 +117,7 @@ func (s *Site) setup() error {
 	}
 	for _, cidr := range Blackholed {
 		if err := run("ip", "route", "add", "blackhole", cidr); err == nil {
-			c := cidr
-			s.onClose(func() { _ = run("ip", "route", "del", "blackhole", c) })
+			s.routes = append(s.routes, cidr)
 		}
 	}
 	for i := 1; i <= s.opts.Hosts; i++ {
@@ -133,8 +130,7 @@ func (s *Site) setup() error {
 		if err := run("ip", "netns", "add", h.NetNS); err != nil {
 			return err
 		}
-		ns := h.NetNS
-		s.onClose(func() { _ = run("ip", "netns", "del", ns) })
+		s.Hosts = append(s.Hosts, h)
 		steps := [][]string{
 			{"ip", "link", "add", h.Veth, "type", "veth", "peer", "name", "eth0", "netns", h.NetNS},
 			{"ip", "link", "set", h.Veth, "master", s.bridge},
@@ -148,23 +144,24 @@ func (s *Site) setup() error {
 				return err
 			}
 		}
-		s.Hosts = append(s.Hosts, h)
 	}
 	return nil
 }
 
-// Close stops every agent and removes what New created, in reverse order.
+// Close stops every agent and removes what New created: namespaces (and with them the
+// veths), the bridge, the routes.
 func (s *Site) Close() {
 	for _, h := range s.Hosts {
 		h.Kill()
 	}
-	s.mu.Lock()
-	fns := s.cleanup
-	s.cleanup = nil
-	s.mu.Unlock()
-	for i := len(fns) - 1; i >= 0; i-- {
-		fns[i]()
+	for _, h := range s.Hosts {
+		_ = run("ip", "netns", "del", h.NetNS)
 	}
+	_ = run("ip", "link", "del", s.bridge)
+	for _, cidr := range s.routes {
+		_ = run("ip", "route", "del", "blackhole", cidr)
+	}
+	s.Hosts, s.routes = nil, nil
 }
 
 // GossipAddr is host:port of a host's gossip listener.
@@ -214,11 +211,14 @@ func (h *Host) startWith(args []string) error {
 	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + h.NetNS, h.site.opts.Bin}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if h.site.opts.Detach {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return err
 	}
-	h.cmd, h.args = cmd, args
+	h.cmd, h.args, h.pid = cmd, args, cmd.Process.Pid
 	h.exited = make(chan struct{})
 	done := h.exited
 	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
@@ -238,7 +238,7 @@ func (h *Host) Running() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.cmd == nil {
-		return false
+		return h.pid > 0 && syscall.Kill(h.pid, 0) == nil && isAgent(h.pid)
 	}
 	select {
 	case <-h.exited:
@@ -251,9 +251,20 @@ func (h *Host) Running() bool {
 // Kill ends the agent with SIGKILL (a crash, or the end of a test).
 func (h *Host) Kill() {
 	h.mu.Lock()
-	cmd, exited := h.cmd, h.exited
+	cmd, exited, pid := h.cmd, h.exited, h.pid
 	h.mu.Unlock()
 	if cmd == nil || cmd.Process == nil {
+		// A host of a site loaded from its state file: end the recorded agent, if it is
+		// still that agent.
+		if pid > 0 && isAgent(pid) {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+			for i := 0; i < 50 && syscall.Kill(pid, 0) == nil; i++ {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if isAgent(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
 		return
 	}
 	// nsenter execs the agent, so the PID is the agent's.
@@ -393,3 +404,62 @@ func (h *Host) MoveTo(ip string) error {
 
 // Subnet returns the site's /24 prefix without the last octet ("10.213.N").
 func (s *Site) Subnet() string { return s.subnet }
+
+// isAgent reports whether pid is a flotilla agent (so a recycled PID is never signalled).
+func isAgent(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(string(b), "\x00")
+	return len(args) > 1 && strings.HasSuffix(args[0], "flotilla") && args[1] == "agent"
+}
+
+type siteState struct {
+	Prefix, Subnet, Bridge string
+	Routes                 []string
+	Hosts                  []hostState
+}
+
+type hostState struct {
+	Index                          int
+	Name, NetNS, IP, DataDir, Veth string
+	PID                            int
+	Args                           []string
+}
+
+// Save writes what is needed to find and remove the site later (Load, then Close).
+func (s *Site) Save(path string) error {
+	st := siteState{Prefix: s.prefix, Subnet: s.subnet, Bridge: s.bridge, Routes: s.routes}
+	for _, h := range s.Hosts {
+		h.mu.Lock()
+		st.Hosts = append(st.Hosts, hostState{Index: h.Index, Name: h.Name, NetNS: h.NetNS, IP: h.IP, DataDir: h.DataDir, Veth: h.Veth, PID: h.pid, Args: h.args})
+		h.mu.Unlock()
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+// Load finds a site saved by Save.
+func Load(path string, opts Options) (*Site, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var st siteState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	s := &Site{opts: opts, prefix: st.Prefix, subnet: st.Subnet, bridge: st.Bridge, routes: st.Routes}
+	for _, hs := range st.Hosts {
+		s.Hosts = append(s.Hosts, &Host{Index: hs.Index, Name: hs.Name, NetNS: hs.NetNS, IP: hs.IP, DataDir: hs.DataDir,
+			Veth: hs.Veth, site: s, pid: hs.PID, args: hs.Args})
+	}
+	return s, nil
+}
