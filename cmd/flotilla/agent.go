@@ -450,7 +450,12 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 		}
 		_ = controllers.RunWhileLeader(runCtx, server.Loopback, "flotilla-controllers", o.name, controllers.LeaderConfig{},
 			func(ctx context.Context) {
-				if err := controllers.RunControllers(ctx, server.Loopback, enabled); err != nil {
+				if err := controllers.RunControllers(ctx, server.Loopback, enabled, func(c *controllers.Context) {
+					c.HostDeadSince = func(name string) (time.Time, bool) {
+						since, dead := deadSince()[name]
+						return since, dead
+					}
+				}); err != nil {
 					log.WithError(err).Error("controllers")
 				}
 			})

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/cronjob"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/daemonset"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/deployment"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/endpointslice"
@@ -16,6 +17,7 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/serviceaccount"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/servicelb"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/statefulset"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumebinding"
 )
 
 // controllerList is every controller the leader runs.
@@ -26,7 +28,9 @@ func controllerList() []controllers.Named {
 		{Name: "statefulset", New: statefulset.New, Workers: 2},
 		{Name: "daemonset", New: daemonset.New, Workers: 2},
 		{Name: "job", New: job.New, Workers: 3},
+		{Name: "cronjob", New: cronjob.New, Workers: 1},
 		{Name: "servicelb", New: servicelb.New, Workers: 1},
+		{Name: "volumebinding", New: volumebinding.New, Workers: 2},
 		{Name: "serviceaccount", New: serviceaccount.New, Workers: 1},
 		{Name: "garbagecollector", New: func(c *controllers.Context) (controllers.Runner, error) { return garbagecollector.New(c) }, Workers: 3},
 		{Name: "endpointslice", New: endpointslice.New, Workers: 3},

@@ -71,10 +71,15 @@ func RunNodeHeartbeat(ctx context.Context, client kubernetes.Interface, cfg Node
 				log.WithError(err).Debug("node lease")
 			}
 		}
+		// Until the Node exists, retry every second rather than every heartbeat.
+		retry := t.C
+		if !registered {
+			retry = time.After(time.Second)
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-retry:
 		}
 	}
 }

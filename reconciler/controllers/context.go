@@ -4,6 +4,8 @@
 package controllers
 
 import (
+	"time"
+
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
@@ -29,4 +31,7 @@ type Context struct {
 	MetadataInformers metadatainformer.SharedInformerFactory
 	// Recorder returns an event recorder that reports as component.
 	Recorder func(component string) record.EventRecorder
+	// HostDeadSince reports since when gossip considers a host dead (nil when gossip is not
+	// available, as in controller tests).
+	HostDeadSince func(name string) (time.Time, bool)
 }

@@ -86,10 +86,13 @@ func RunWhileLeader(ctx context.Context, cfg *rest.Config, lease, identity strin
 
 // RunControllers constructs the controllers, starts the informers and runs every controller
 // until ctx ends.
-func RunControllers(ctx context.Context, cfg *rest.Config, list []Named) error {
+func RunControllers(ctx context.Context, cfg *rest.Config, list []Named, customize ...func(*Context)) error {
 	cctx, err := NewContext(cfg)
 	if err != nil {
 		return err
+	}
+	for _, f := range customize {
+		f(cctx)
 	}
 	var runners []Runner
 	for _, n := range list {

@@ -415,6 +415,10 @@ func TestDeadVoterIsReplaced(t *testing.T) {
 		v, s := voters()
 		return len(v) == 3, s
 	})
+	waitFor(t, 60*time.Second, "5 Ready nodes", func() (bool, string) {
+		n, out := readyNodes(s.Hosts[0])
+		return n == 5, out
+	})
 	v, _ := voters()
 	var victim *harness.Host
 	for _, h := range s.Hosts[1:] {
@@ -428,6 +432,15 @@ func TestDeadVoterIsReplaced(t *testing.T) {
 	}
 	killed := time.Now()
 	victim.Kill()
+	waitFor(t, 30*time.Second, "the dead host's Node goes Ready=Unknown with the unreachable taints", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		out, err := s.Hosts[0].Kubectl(ctx, "", "get", "node", victim.Name, "-o",
+			`jsonpath={.status.conditions[?(@.type=="Ready")].status} {.spec.taints[*].key}/{.spec.taints[*].effect}`)
+		return err == nil && strings.HasPrefix(out, "Unknown ") && strings.Count(out, "node.kubernetes.io/unreachable") == 2 &&
+			strings.Contains(out, "NoSchedule") && strings.Contains(out, "NoExecute"), fmt.Sprint(out, err)
+	})
+	t.Logf("FIGURE: dead host's Node Ready=Unknown and tainted %s after the kill (gossip detection; Lease grace is 40s)", time.Since(killed).Round(100*time.Millisecond))
 	waitFor(t, 90*time.Second, "another host replaces the dead voter", func() (bool, string) {
 		v, s := voters()
 		return len(v) == 3 && !v[victim.Name], s

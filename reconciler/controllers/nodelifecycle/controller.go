@@ -52,11 +52,14 @@ type Config struct {
 	// EvictionQPS and EvictionBurst limit pod deletions by the taint manager.
 	EvictionQPS   float32
 	EvictionBurst int
+	// GossipGrace is how long gossip must report a host dead before its node counts as
+	// unhealthy even though its last heartbeat is younger than GracePeriod (5 s).
+	GossipGrace time.Duration
 }
 
 // DefaultConfig returns the defaults: 40 s grace, 5 s monitor period, 10 evictions/s.
 func DefaultConfig() Config {
-	return Config{GracePeriod: 40 * time.Second, MonitorPeriod: 5 * time.Second, EvictionQPS: 10, EvictionBurst: 10}
+	return Config{GracePeriod: 40 * time.Second, MonitorPeriod: 5 * time.Second, EvictionQPS: 10, EvictionBurst: 10, GossipGrace: 5 * time.Second}
 }
 
 func (c Config) withDefaults() Config {
@@ -73,6 +76,9 @@ func (c Config) withDefaults() Config {
 	if c.EvictionBurst <= 0 {
 		c.EvictionBurst = d.EvictionBurst
 	}
+	if c.GossipGrace <= 0 {
+		c.GossipGrace = d.GossipGrace
+	}
 	return c
 }
 
@@ -87,19 +93,21 @@ type health struct {
 
 // Controller is the node lifecycle controller.
 type Controller struct {
-	cfg         Config
-	client      kubernetes.Interface
-	nodeLister  corelisters.NodeLister
-	leaseLister coordlisters.LeaseLister
-	podLister   corelisters.PodLister
-	podIndexer  cache.Indexer
-	synced      []cache.InformerSynced
-	nodeQueue   workqueue.TypedRateLimitingInterface[string]
-	podQueue    workqueue.TypedRateLimitingInterface[string]
-	recorder    record.EventRecorder
-	limiter     flowcontrol.RateLimiter
-	now         func() time.Time
-	log         *logrus.Entry
+	cfg Config
+	// hostDeadSince is gossip's view of dead hosts (nil without gossip).
+	hostDeadSince func(name string) (time.Time, bool)
+	client        kubernetes.Interface
+	nodeLister    corelisters.NodeLister
+	leaseLister   coordlisters.LeaseLister
+	podLister     corelisters.PodLister
+	podIndexer    cache.Indexer
+	synced        []cache.InformerSynced
+	nodeQueue     workqueue.TypedRateLimitingInterface[string]
+	podQueue      workqueue.TypedRateLimitingInterface[string]
+	recorder      record.EventRecorder
+	limiter       flowcontrol.RateLimiter
+	now           func() time.Time
+	log           *logrus.Entry
 
 	mu     sync.Mutex
 	health map[string]*health
@@ -137,12 +145,13 @@ func NewController(cctx *controllers.Context, cfg Config) (*Controller, error) {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: name})
 	}
 	c := &Controller{
-		cfg:         cfg,
-		client:      cctx.Client,
-		nodeLister:  nodeInformer.Lister(),
-		leaseLister: leaseInformer.Lister(),
-		podLister:   podInformer.Lister(),
-		podIndexer:  podInformer.Informer().GetIndexer(),
+		cfg:           cfg,
+		hostDeadSince: cctx.HostDeadSince,
+		client:        cctx.Client,
+		nodeLister:    nodeInformer.Lister(),
+		leaseLister:   leaseInformer.Lister(),
+		podLister:     podInformer.Lister(),
+		podIndexer:    podInformer.Informer().GetIndexer(),
 		synced: []cache.InformerSynced{nodeInformer.Informer().HasSynced, leaseInformer.Informer().HasSynced,
 			podInformer.Informer().HasSynced},
 		nodeQueue: newQueue("nodelifecycle-node"),
@@ -320,6 +329,12 @@ func (c *Controller) observe(node *corev1.Node, now time.Time) bool {
 	}
 	wasStale := h.stale
 	h.stale = now.Sub(h.probe) > c.cfg.GracePeriod
+	// Gossip sees a dead host within seconds: do not wait for the whole grace period then.
+	if c.hostDeadSince != nil {
+		if since, dead := c.hostDeadSince(node.Name); dead && now.Sub(since) > c.cfg.GossipGrace && since.After(h.probe.Add(-c.cfg.GracePeriod)) {
+			h.stale = true
+		}
+	}
 	if h.stale != wasStale {
 		c.log.WithFields(logrus.Fields{"node": node.Name, "lastHeartbeat": h.probe.Format(time.RFC3339)}).
 			Infof("node heartbeats %s", map[bool]string{true: "stopped", false: "resumed"}[h.stale])
