@@ -26,11 +26,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/component-base/version"
 
+	"github.com/flotilla-dev/flotilla/gitsync"
 	"github.com/flotilla-dev/flotilla/nodes/agent"
 	"github.com/flotilla-dev/flotilla/nodes/membership"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
@@ -59,6 +61,9 @@ type agentOptions struct {
 	nodeLabels     map[string]string
 	controllers    string
 	tolerationSecs int64
+	gitURL         string
+	gitRef         string
+	gitPath        string
 }
 
 func newAgentCommand() *cobra.Command {
@@ -91,6 +96,9 @@ func newAgentCommand() *cobra.Command {
 	f.DurationVar(&o.replaceAfter, "voter-replace-after", 60*time.Second, "remove an etcd voter that gossip reports dead for this long")
 	f.StringVar(&o.controllers, "controllers", "*", "controllers this host runs when it leads: * for all, a comma list of names, or empty for none")
 	f.Int64Var(&o.tolerationSecs, "default-toleration-seconds", 300, "tolerationSeconds of the not-ready/unreachable NoExecute tolerations new pods get: how long pods stay on a failed host before eviction")
+	f.StringVar(&o.gitURL, "git-url", "", "git repository the site deploys from (recorded as GitSource kube-system/root); file://, https://")
+	f.StringVar(&o.gitRef, "git-ref", "main", "branch (or tags/NAME, or a 40-hex commit) of --git-url")
+	f.StringVar(&o.gitPath, "git-path", "", "directory in the repository to render (kustomization.yaml or plain YAML)")
 	f.StringToStringVar(&o.nodeLabels, "node-label", nil, "extra labels of this host's Node (key=value, repeatable)")
 	return cmd
 }
@@ -440,7 +448,24 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 			promoted <- m
 		}()
 	}
-	enabled, err := selectControllers(o.controllers)
+	if o.gitURL != "" {
+		go func() {
+			dyn, err := dynamic.NewForConfig(server.Loopback)
+			if err != nil {
+				log.WithError(err).Error("git source client")
+				return
+			}
+			_ = wait.PollUntilContextCancel(runCtx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
+				if err := gitsync.EnsureRootSource(ctx, dyn, o.gitURL, o.gitRef, o.gitPath); err != nil {
+					log.WithError(err).Warn("record GitSource kube-system/root")
+					return false, nil
+				}
+				log.WithFields(logrus.Fields{"url": o.gitURL, "ref": o.gitRef, "path": o.gitPath}).Info("GitSource kube-system/root recorded")
+				return true, nil
+			})
+		}()
+	}
+	enabled, err := selectControllers(o.controllers, dataDir)
 	if err != nil {
 		return err
 	}

@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 
+	"github.com/flotilla-dev/flotilla/gitsync"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/cronjob"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/daemonset"
@@ -20,9 +22,12 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumebinding"
 )
 
-// controllerList is every controller the leader runs.
-func controllerList() []controllers.Named {
+// controllerList is every controller the leader runs; dataDir holds gitsync's clones.
+func controllerList(dataDir string) []controllers.Named {
 	return []controllers.Named{
+		{Name: "gitsync", New: func(c *controllers.Context) (controllers.Runner, error) {
+			return gitsync.NewWithConfig(c, gitsync.Config{CacheDir: filepath.Join(dataDir, "git")})
+		}, Workers: 2},
 		{Name: "replicaset", New: replicaset.New, Workers: 3},
 		{Name: "deployment", New: deployment.New, Workers: 3},
 		{Name: "statefulset", New: statefulset.New, Workers: 2},
@@ -40,8 +45,8 @@ func controllerList() []controllers.Named {
 }
 
 // selectControllers returns the controllers named by --controllers.
-func selectControllers(spec string) ([]controllers.Named, error) {
-	all := controllerList()
+func selectControllers(spec, dataDir string) ([]controllers.Named, error) {
+	all := controllerList(dataDir)
 	spec = strings.TrimSpace(spec)
 	if spec == "*" {
 		return all, nil

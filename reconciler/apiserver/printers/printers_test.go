@@ -2,6 +2,7 @@ package printers
 
 import (
 	"context"
+	flotillav1alpha1 "github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 	"reflect"
 	"strings"
 	"testing"
@@ -577,10 +578,20 @@ spec: {policyName: replicas, paramRef: {name: limits, namespace: prod}}
 		},
 		{
 			name:   "unknown resource: NAME and AGE",
-			gr:     schema.GroupResource{Group: "flotilla.dev", Resource: "gitsources"},
+			gr:     schema.GroupResource{Group: "example.com", Resource: "widgets"},
 			obj:    &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "site"}},
 			header: []string{"NAME", "AGE"},
 			cells:  []any{"site", age},
+		},
+		{
+			name: "gitsource: URL REVISION READY MESSAGE",
+			gr:   schema.GroupResource{Group: "flotilla.dev", Resource: "gitsources"},
+			obj: &flotillav1alpha1.GitSource{ObjectMeta: metav1.ObjectMeta{Name: "root", CreationTimestamp: created},
+				Spec: flotillav1alpha1.GitSourceSpec{URL: "file:///srv/site.git"},
+				Status: flotillav1alpha1.GitSourceStatus{LastAppliedRevision: "main@sha1:abc",
+					Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Message: "bad.yaml: Deployment demo/bad: spec.selector: Required value"}}}},
+			header: []string{"NAME", "URL", "REVISION", "READY", "MESSAGE", "AGE"},
+			cells:  []any{"root", "file:///srv/site.git", "main@sha1:abc", "False", "bad.yaml: Deployment demo/bad: spec.selector: Required value", age},
 		},
 	}
 	for _, tc := range cases {

@@ -1,0 +1,144 @@
+// Package gitsync keeps the cluster equal to what a git repository says: it fetches a ref
+// (go-git, shallow), renders it (kustomize), validates every object by server dry-run, applies
+// the whole revision by server-side apply and prunes what left git.
+package gitsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+
+	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
+)
+
+var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+// Checkout is a fetched revision checked out in a work tree.
+type Checkout struct {
+	// Dir is the work tree (the repository root).
+	Dir string
+	// Commit is the full SHA-1 of the checked-out commit.
+	Commit string
+	// Revision is "<ref>@sha1:<commit>" ("sha1:<commit>" for a commit ref).
+	Revision string
+}
+
+// refName returns the name shown in revisions and the full reference to fetch (empty for
+// a commit).
+func refName(ref *v1alpha1.GitRef) (string, plumbing.ReferenceName) {
+	switch {
+	case ref == nil:
+		return v1alpha1.DefaultBranch, plumbing.NewBranchReferenceName(v1alpha1.DefaultBranch)
+	case ref.Commit != "":
+		return "", ""
+	case ref.Tag != "":
+		return ref.Tag, plumbing.NewTagReferenceName(ref.Tag)
+	case ref.Branch != "":
+		return ref.Branch, plumbing.NewBranchReferenceName(ref.Branch)
+	default:
+		return v1alpha1.DefaultBranch, plumbing.NewBranchReferenceName(v1alpha1.DefaultBranch)
+	}
+}
+
+// Fetch brings dir (a cache kept between calls for one source) to the commit ref points to
+// at url: only that ref, at depth 1 for a branch or tag. A cache that cannot be updated is
+// thrown away and cloned again.
+func Fetch(ctx context.Context, dir, url string, ref *v1alpha1.GitRef, auth transport.AuthMethod) (*Checkout, error) {
+	co, err := fetchInto(ctx, dir, url, ref, auth)
+	if err == nil {
+		return co, nil
+	}
+	if ctx.Err() != nil {
+		return nil, err
+	}
+	if rmErr := os.RemoveAll(dir); rmErr != nil {
+		return nil, errors.Join(err, rmErr)
+	}
+	return fetchInto(ctx, dir, url, ref, auth)
+}
+
+func fetchInto(ctx context.Context, dir, url string, ref *v1alpha1.GitRef, auth transport.AuthMethod) (*Checkout, error) {
+	repo, err := git.PlainOpen(dir)
+	if errors.Is(err, git.ErrRepositoryNotExists) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+		repo, err = git.PlainInit(dir, false)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open cache %s: %w", dir, err)
+	}
+	remote, err := repo.Remote("origin")
+	if errors.Is(err, git.ErrRemoteNotFound) {
+		_, err = repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{url}})
+	} else if err == nil && (len(remote.Config().URLs) != 1 || remote.Config().URLs[0] != url) {
+		return nil, fmt.Errorf("cache %s has another remote URL", dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("remote: %w", err)
+	}
+
+	name, full := refName(ref)
+	opts := &git.FetchOptions{RemoteName: "origin", Auth: auth, Tags: git.NoTags, Force: true}
+	if full != "" {
+		// Into a local ref of our own so a tag and a branch of the same name cannot collide.
+		opts.RefSpecs = []config.RefSpec{config.RefSpec("+" + full + ":refs/flotilla/want")}
+		opts.Depth = 1
+	} else {
+		if !commitRE.MatchString(ref.Commit) {
+			return nil, fmt.Errorf("ref.commit %q: want 40 lower-case hex digits", ref.Commit)
+		}
+		// A single commit cannot be asked for by most servers: fetch the branches, unshallow.
+		opts.RefSpecs = []config.RefSpec{"+refs/heads/*:refs/remotes/origin/*"}
+	}
+	if err := repo.FetchContext(ctx, opts); err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return nil, fmt.Errorf("fetch %s from %s: %w", refLabel(name, ref), url, err)
+	}
+	var hash plumbing.Hash
+	if full != "" {
+		r, err := repo.Reference("refs/flotilla/want", true)
+		if err != nil {
+			return nil, fmt.Errorf("resolve %s: %w", name, err)
+		}
+		hash = r.Hash()
+		// An annotated tag points to a tag object; check out its commit.
+		if tag, err := repo.TagObject(hash); err == nil {
+			c, err := tag.Commit()
+			if err != nil {
+				return nil, fmt.Errorf("tag %s: %w", name, err)
+			}
+			hash = c.Hash
+		}
+	} else {
+		hash = plumbing.NewHash(ref.Commit)
+		if _, err := repo.CommitObject(hash); err != nil {
+			return nil, fmt.Errorf("commit %s not found in %s: %w", ref.Commit, url, err)
+		}
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		return nil, err
+	}
+	if err := wt.Checkout(&git.CheckoutOptions{Hash: hash, Force: true}); err != nil {
+		return nil, fmt.Errorf("checkout %s: %w", hash, err)
+	}
+	rev := "sha1:" + hash.String()
+	if name != "" {
+		rev = name + "@" + rev
+	}
+	return &Checkout{Dir: dir, Commit: hash.String(), Revision: rev}, nil
+}
+
+func refLabel(name string, ref *v1alpha1.GitRef) string {
+	if name != "" {
+		return name
+	}
+	return ref.Commit
+}
