@@ -156,6 +156,11 @@ func (s *Site) Close() {
 	}
 	for _, h := range s.Hosts {
 		_ = run("ip", "netns", "del", h.NetNS)
+		// Deleting the namespace normally takes the veth pair with it; a namespace still
+		// pinned by a dying process would leave the root side behind.
+		if exec.Command("ip", "link", "show", h.Veth).Run() == nil {
+			_ = run("ip", "link", "del", h.Veth)
+		}
 	}
 	_ = run("ip", "link", "del", s.bridge)
 	for _, cidr := range s.routes {
