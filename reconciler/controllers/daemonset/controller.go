@@ -181,14 +181,8 @@ func metaOf(obj any) (metav1.Object, error) {
 // resolveControllerRef returns the DaemonSet a controller reference points to, if it still is
 // that object.
 func (c *Controller) resolveControllerRef(ns string, ref *metav1.OwnerReference) *appsv1.DaemonSet {
-	if ref.Kind != controllerKind.Kind || ref.APIVersion != controllerKind.GroupVersion().String() {
-		return nil
-	}
-	ds, err := c.dsLister.DaemonSets(ns).Get(ref.Name)
-	if err != nil || ds.UID != ref.UID {
-		return nil
-	}
-	return ds
+	owner, _ := internal.ResolveControllerRef(ref, controllerKind, c.dsLister.DaemonSets(ns).Get)
+	return owner
 }
 
 // daemonSetsForPod returns the DaemonSets whose selector matches an orphan pod.
@@ -197,15 +191,7 @@ func (c *Controller) daemonSetsForPod(pod *corev1.Pod) []*appsv1.DaemonSet {
 	if err != nil {
 		return nil
 	}
-	var out []*appsv1.DaemonSet
-	for _, ds := range list {
-		sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
-		if err != nil || sel.Empty() || !sel.Matches(labels.Set(pod.Labels)) {
-			continue
-		}
-		out = append(out, ds)
-	}
-	return out
+	return internal.SelectingOwners(list, func(ds *appsv1.DaemonSet) *metav1.LabelSelector { return ds.Spec.Selector }, pod.Labels)
 }
 
 func (c *Controller) addPod(obj any) {

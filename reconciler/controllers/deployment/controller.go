@@ -99,14 +99,8 @@ func (c *Controller) enqueue(obj any) {
 }
 
 func (c *Controller) resolveControllerRef(ns string, ref *metav1.OwnerReference) *appsv1.Deployment {
-	if ref.Kind != controllerKind.Kind || ref.APIVersion != controllerKind.GroupVersion().String() {
-		return nil
-	}
-	d, err := c.dLister.Deployments(ns).Get(ref.Name)
-	if err != nil || d.UID != ref.UID {
-		return nil
-	}
-	return d
+	owner, _ := internal.ResolveControllerRef(ref, controllerKind, c.dLister.Deployments(ns).Get)
+	return owner
 }
 
 // deploymentsForRS returns the Deployments whose selector matches an orphan ReplicaSet.
@@ -115,15 +109,7 @@ func (c *Controller) deploymentsForRS(rs *appsv1.ReplicaSet) []*appsv1.Deploymen
 	if err != nil {
 		return nil
 	}
-	var out []*appsv1.Deployment
-	for _, d := range list {
-		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-		if err != nil || sel.Empty() || !sel.Matches(labels.Set(rs.Labels)) {
-			continue
-		}
-		out = append(out, d)
-	}
-	return out
+	return internal.SelectingOwners(list, func(d *appsv1.Deployment) *metav1.LabelSelector { return d.Spec.Selector }, rs.Labels)
 }
 
 func (c *Controller) addRS(obj any) {

@@ -114,14 +114,8 @@ func (c *Controller) deleteRS(obj any) {
 // resolveControllerRef returns the ReplicaSet a controller reference points to, if it still
 // is that object.
 func (c *Controller) resolveControllerRef(ns string, ref *metav1.OwnerReference) *appsv1.ReplicaSet {
-	if ref.Kind != controllerKind.Kind || ref.APIVersion != controllerKind.GroupVersion().String() {
-		return nil
-	}
-	rs, err := c.rsLister.ReplicaSets(ns).Get(ref.Name)
-	if err != nil || rs.UID != ref.UID {
-		return nil
-	}
-	return rs
+	owner, _ := internal.ResolveControllerRef(ref, controllerKind, c.rsLister.ReplicaSets(ns).Get)
+	return owner
 }
 
 // replicaSetsForPod returns the ReplicaSets whose selector matches an orphan pod.
@@ -130,15 +124,7 @@ func (c *Controller) replicaSetsForPod(pod *corev1.Pod) []*appsv1.ReplicaSet {
 	if err != nil {
 		return nil
 	}
-	var out []*appsv1.ReplicaSet
-	for _, rs := range list {
-		sel, err := metav1.LabelSelectorAsSelector(rs.Spec.Selector)
-		if err != nil || sel.Empty() || !sel.Matches(labels.Set(pod.Labels)) {
-			continue
-		}
-		out = append(out, rs)
-	}
-	return out
+	return internal.SelectingOwners(list, func(rs *appsv1.ReplicaSet) *metav1.LabelSelector { return rs.Spec.Selector }, pod.Labels)
 }
 
 func (c *Controller) addPod(obj any) {

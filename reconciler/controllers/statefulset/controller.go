@@ -124,14 +124,8 @@ func (c *Controller) deleteSet(obj any) {
 // resolveControllerRef returns the StatefulSet a controller reference points to, if it still
 // is that object.
 func (c *Controller) resolveControllerRef(ns string, ref *metav1.OwnerReference) *appsv1.StatefulSet {
-	if ref.Kind != controllerKind.Kind || ref.APIVersion != controllerKind.GroupVersion().String() {
-		return nil
-	}
-	set, err := c.setLister.StatefulSets(ns).Get(ref.Name)
-	if err != nil || set.UID != ref.UID {
-		return nil
-	}
-	return set
+	owner, _ := internal.ResolveControllerRef(ref, controllerKind, c.setLister.StatefulSets(ns).Get)
+	return owner
 }
 
 // setsForPod returns the StatefulSets that could adopt an orphan pod.
@@ -140,15 +134,13 @@ func (c *Controller) setsForPod(pod *corev1.Pod) []*appsv1.StatefulSet {
 	if err != nil {
 		return nil
 	}
-	var out []*appsv1.StatefulSet
+	var members []*appsv1.StatefulSet
 	for _, set := range list {
-		sel, err := metav1.LabelSelectorAsSelector(set.Spec.Selector)
-		if err != nil || sel.Empty() || !sel.Matches(labels.Set(pod.Labels)) || !isMemberOf(set, pod) {
-			continue
+		if isMemberOf(set, pod) {
+			members = append(members, set)
 		}
-		out = append(out, set)
 	}
-	return out
+	return internal.SelectingOwners(members, func(set *appsv1.StatefulSet) *metav1.LabelSelector { return set.Spec.Selector }, pod.Labels)
 }
 
 func (c *Controller) addPod(obj any) {
