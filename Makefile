@@ -20,7 +20,7 @@ LDFLAGS := -s -w $(KUBE_LDFLAGS) -X main.flotillaVersion=$(VERSION)
 
 GO_TEST_TIMEOUT ?= 25m
 
-.PHONY: all deps build kubectl generate verify-generate test unit-test lint demo demo-down bench clean
+.PHONY: all deps build kubectl images generate verify-generate test unit-test lint demo demo-down bench clean
 
 all: build
 
@@ -56,12 +56,16 @@ unit-test:
 	$(GO) test -count=1 ./reconciler/... ./cmd/...
 
 ## test: everything, against real processes (etcd, the agent, kubectl).
-test: deps build kubectl lint
-	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl \
+test: deps build kubectl images lint
+	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl FLOTILLA_IMAGES=$(BIN)/images \
 		$(GO) test -count=1 -timeout $(GO_TEST_TIMEOUT) -p 1 ./...
 
+## images: the example images as OCI tarballs in bin/images (no registry needed).
+images: build
+	FLOTILLA_BIN=$(BIN)/flotilla hack/pack-images.sh
+
 ## demo: start a site and print how to use it (see README).
-demo: deps build kubectl
+demo: deps build kubectl images
 	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl hack/demo.sh up
 
 demo-down:

@@ -24,6 +24,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/dynamic"
@@ -35,6 +36,7 @@ import (
 	"github.com/flotilla-dev/flotilla/gitsync"
 	"github.com/flotilla-dev/flotilla/nodes/agent"
 	"github.com/flotilla-dev/flotilla/nodes/membership"
+	"github.com/flotilla-dev/flotilla/nodes/runtime"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/validation"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
@@ -64,13 +66,23 @@ type agentOptions struct {
 	gitURL         string
 	gitRef         string
 	gitPath        string
+
+	pods             bool
+	containerdSocket string
+	agentPort        int
+	clusterCIDR      string
+	clusterDNS       string
+	proxy            bool
+	proxyMode        string
+	ingressHTTPPort  int
+	ingressHTTPSPort int
 }
 
 func newAgentCommand() *cobra.Command {
 	o := &agentOptions{}
 	cmd := &cobra.Command{
 		Use:   "agent",
-		Short: "Run this host's part of the site: etcd, the Kubernetes API and (soon) the controllers, node agent and proxy",
+		Short: "Run this host's part of the site: etcd, the Kubernetes API, the controllers and scheduler (when leader), the pods and the proxy",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -100,6 +112,15 @@ func newAgentCommand() *cobra.Command {
 	f.StringVar(&o.gitRef, "git-ref", "main", "branch (or tags/NAME, or a 40-hex commit) of --git-url")
 	f.StringVar(&o.gitPath, "git-path", "", "directory in the repository to render (kustomization.yaml or plain YAML)")
 	f.StringToStringVar(&o.nodeLabels, "node-label", nil, "extra labels of this host's Node (key=value, repeatable)")
+	f.BoolVar(&o.pods, "pods", true, "run the pods bound to this host (containerd, the pod network); false: an API/etcd-only host")
+	f.StringVar(&o.containerdSocket, "containerd-socket", "", "use this containerd instead of starting one under <data-dir>/containerd")
+	f.IntVar(&o.agentPort, "agent-port", 10250, "port of the node agent's HTTPS endpoint (pod logs through the API)")
+	f.StringVar(&o.clusterCIDR, "cluster-cidr", "10.244.0.0/16", "range each host's pod CIDR (/24) is allocated from")
+	f.StringVar(&o.clusterDNS, "cluster-dns", "10.96.0.10", "ClusterIP of the cluster DNS (Service kube-system/kube-dns), inside --service-cidr")
+	f.BoolVar(&o.proxy, "proxy", true, "run the Service proxy, cluster DNS and the Ingress proxy on this host")
+	f.StringVar(&o.proxyMode, "proxy-mode", "auto", "Service dataplane: auto (ipvs when the kernel has it, else nftables), ipvs or nftables")
+	f.IntVar(&o.ingressHTTPPort, "ingress-http-port", 80, "port of the Ingress proxy (HTTP)")
+	f.IntVar(&o.ingressHTTPSPort, "ingress-https-port", 443, "port of the Ingress proxy (HTTPS); 0 disables it")
 	return cmd
 }
 
@@ -149,6 +170,27 @@ func (o *agentOptions) validate() (validation.Options, error) {
 	}
 	if o.gossipPort < 1 || o.gossipPort > 65535 {
 		return vopts, fmt.Errorf("--gossip-port %d is not a port (1-65535)", o.gossipPort)
+	}
+	if pc, err := netip.ParsePrefix(o.clusterCIDR); err != nil || !pc.Addr().Is4() || pc.Bits() > 24 {
+		return vopts, fmt.Errorf("--cluster-cidr %q is not an IPv4 CIDR of /24 or larger such as 10.244.0.0/16", o.clusterCIDR)
+	} else if pc.Overlaps(vopts.ServiceCIDR) {
+		return vopts, fmt.Errorf("--cluster-cidr %s overlaps --service-cidr %s: pick ranges that do not overlap", o.clusterCIDR, o.serviceCIDR)
+	}
+	if ip, err := netip.ParseAddr(o.clusterDNS); err != nil || !vopts.ServiceCIDR.Contains(ip) {
+		return vopts, fmt.Errorf("--cluster-dns %q must be an address inside --service-cidr %s", o.clusterDNS, o.serviceCIDR)
+	}
+	switch o.proxyMode {
+	case "auto", "ipvs", "nftables":
+	default:
+		return vopts, fmt.Errorf("--proxy-mode %q: use auto, ipvs or nftables", o.proxyMode)
+	}
+	for flag, p := range map[string]int{"--agent-port": o.agentPort, "--ingress-http-port": o.ingressHTTPPort} {
+		if p < 1 || p > 65535 {
+			return vopts, fmt.Errorf("%s %d is not a port (1-65535)", flag, p)
+		}
+	}
+	if o.ingressHTTPSPort < 0 || o.ingressHTTPSPort > 65535 {
+		return vopts, fmt.Errorf("--ingress-https-port %d is not a port (0 disables HTTPS)", o.ingressHTTPSPort)
 	}
 	return vopts, nil
 }
@@ -380,6 +422,7 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 		Validation:               vopts,
 		DefaultTolerationSeconds: o.tolerationSecs,
 		Unauthenticated:          map[string]http.Handler{etcd.CACertsPath: joinServer, etcd.JoinPath: joinServer},
+		Nodes:                    apiserver.NodeConnection{CAFile: ca.CertFile(), Token: adminToken},
 	})
 	if err != nil {
 		return err
@@ -411,10 +454,32 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 	if err != nil {
 		return err
 	}
-	go agent.RunNodeHeartbeat(runCtx, client, agent.NodeConfig{
+	nodeCfg := agent.NodeConfig{
 		Name: o.name, Address: o.advertise, Labels: o.nodeLabels, DataDir: dataDir,
 		KubeletVersion: version.Get().GitVersion,
-	})
+	}
+	var rt *runtime.Runtime
+	if o.pods {
+		if rt, err = startRuntime(ctx, o, dataDir); err != nil {
+			return err
+		}
+		defer rt.Close()
+		nodeCfg.AgentPort = int32(o.agentPort)
+		if v, err := rt.Client().Version(ctx); err == nil {
+			nodeCfg.RuntimeVersion = "containerd://" + v.Version
+		}
+		nodeCfg.Images = func(ctx context.Context) []corev1.ContainerImage { return agent.NodeImages(ctx, rt) }
+		go func() {
+			if err := runPods(runCtx, o, client, rt, dataDir, apiCert, apiKey, adminToken); err != nil && runCtx.Err() == nil {
+				log.WithError(err).Error("pods")
+			}
+		}()
+	}
+	if o.proxy {
+		runProxy(runCtx, o, client)
+	}
+	go agent.RunNodeHeartbeat(runCtx, client, nodeCfg)
+	go runKubernetesService(runCtx, client, firstIP(vopts.ServiceCIDR), int32(o.apiPort))
 	reconcileMembership := func() {
 		rec := &etcd.Reconciler{Client: etcdClient, Endpoint: clientURL.String(), DeadSince: deadSince, ReplaceAfter: o.replaceAfter}
 		go rec.Run(runCtx)
@@ -465,26 +530,34 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 			})
 		}()
 	}
-	enabled, err := selectControllers(o.controllers, dataDir)
+	enabled, err := selectControllers(o.controllers, dataDir, o.clusterCIDR)
 	if err != nil {
 		return err
 	}
-	go func() {
-		if len(enabled) == 0 {
-			return
+	// The scheduler holds a Lease of its own, so it can move independently of the controllers.
+	groups := map[string][]controllers.Named{}
+	for _, c := range enabled {
+		lease := "flotilla-controllers"
+		if c.Name == "scheduler" {
+			lease = "flotilla-scheduler"
 		}
-		_ = controllers.RunWhileLeader(runCtx, server.Loopback, "flotilla-controllers", o.name, controllers.LeaderConfig{},
-			func(ctx context.Context) {
-				if err := controllers.RunControllers(ctx, server.Loopback, enabled, func(c *controllers.Context) {
-					c.HostDeadSince = func(name string) (time.Time, bool) {
-						since, dead := deadSince()[name]
-						return since, dead
+		groups[lease] = append(groups[lease], c)
+	}
+	for lease, list := range groups {
+		go func() {
+			_ = controllers.RunWhileLeader(runCtx, server.Loopback, lease, o.name, controllers.LeaderConfig{},
+				func(ctx context.Context) {
+					if err := controllers.RunControllers(ctx, server.Loopback, list, func(c *controllers.Context) {
+						c.HostDeadSince = func(name string) (time.Time, bool) {
+							since, dead := deadSince()[name]
+							return since, dead
+						}
+					}); err != nil {
+						log.WithError(err).WithField("lease", lease).Error("controllers")
 					}
-				}); err != nil {
-					log.WithError(err).Error("controllers")
-				}
-			})
-	}()
+				})
+		}()
+	}
 
 	var etcdErr <-chan error
 	if member != nil {

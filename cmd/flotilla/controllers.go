@@ -14,16 +14,19 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/garbagecollector"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/job"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/namespace"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/nodeipam"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/nodelifecycle"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/replicaset"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/serviceaccount"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/servicelb"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/statefulset"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumebinding"
+	"github.com/flotilla-dev/flotilla/reconciler/scheduler"
 )
 
-// controllerList is every controller the leader runs; dataDir holds gitsync's clones.
-func controllerList(dataDir string) []controllers.Named {
+// controllerList is every controller the leader runs; dataDir holds gitsync's clones,
+// clusterCIDR is split into the hosts' pod CIDRs.
+func controllerList(dataDir, clusterCIDR string) []controllers.Named {
 	return []controllers.Named{
 		{Name: "gitsync", New: func(c *controllers.Context) (controllers.Runner, error) {
 			return gitsync.NewWithConfig(c, gitsync.Config{CacheDir: filepath.Join(dataDir, "git")})
@@ -40,13 +43,19 @@ func controllerList(dataDir string) []controllers.Named {
 		{Name: "garbagecollector", New: func(c *controllers.Context) (controllers.Runner, error) { return garbagecollector.New(c) }, Workers: 3},
 		{Name: "endpointslice", New: endpointslice.New, Workers: 3},
 		{Name: "nodelifecycle", New: nodelifecycle.New, Workers: 1},
+		{Name: "scheduler", New: func(c *controllers.Context) (controllers.Runner, error) {
+			return scheduler.New(c, scheduler.Options{})
+		}, Workers: 1},
+		{Name: "nodeipam", New: func(c *controllers.Context) (controllers.Runner, error) {
+			return nodeipam.NewWithOptions(c, nodeipam.Options{ClusterCIDR: clusterCIDR})
+		}, Workers: 1},
 		{Name: "namespace", New: func(c *controllers.Context) (controllers.Runner, error) { return namespace.New(c) }, Workers: 2},
 	}
 }
 
 // selectControllers returns the controllers named by --controllers.
-func selectControllers(spec, dataDir string) ([]controllers.Named, error) {
-	all := controllerList(dataDir)
+func selectControllers(spec, dataDir, clusterCIDR string) ([]controllers.Named, error) {
+	all := controllerList(dataDir, clusterCIDR)
 	spec = strings.TrimSpace(spec)
 	if spec == "*" {
 		return all, nil

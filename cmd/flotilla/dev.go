@@ -4,16 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/flotilla-dev/flotilla/gitsync"
 	"github.com/flotilla-dev/flotilla/test/e2e/harness"
 )
 
@@ -22,6 +27,8 @@ type devOptions struct {
 	hosts   int
 	bin     string
 	kubectl string
+	images  string
+	app     string
 }
 
 func newDevCommand() *cobra.Command {
@@ -40,6 +47,8 @@ func newDevCommand() *cobra.Command {
 	up.Flags().IntVar(&o.hosts, "hosts", 3, "how many hosts")
 	up.Flags().StringVar(&o.bin, "flotilla", "", "the flotilla binary the hosts run (default: this one)")
 	up.Flags().StringVar(&o.kubectl, "kubectl", "kubectl", "kubectl to show in the instructions")
+	up.Flags().StringVar(&o.images, "images", "", "directory of OCI image tarballs (*.tar) side-loaded into every host")
+	up.Flags().StringVar(&o.app, "app", "", "directory committed to a local git repository that the site deploys from (e.g. examples/hello)")
 	down := &cobra.Command{
 		Use: "down", Short: "Stop the hosts and remove everything `dev up` created", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return devDown(o) },
@@ -97,6 +106,18 @@ func devUp(ctx context.Context, o *devOptions) error {
 	step := func(format string, args ...any) {
 		fmt.Printf("[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
+	for _, h := range site.Hosts {
+		if err := sideLoadImages(o.images, filepath.Join(h.DataDir, "images")); err != nil {
+			return err
+		}
+	}
+	var repo *devRepo
+	if o.app != "" {
+		if repo, err = newDevRepo(o.dir, o.app); err != nil {
+			return err
+		}
+		step("committed %s to %s (clone to edit: %s)", o.app, repo.bare, repo.work)
+	}
 	first := site.Hosts[0]
 	step("starting %s at %s (etcd + Kubernetes API)", first.Name, first.IP)
 	if err := first.Start(); err != nil {
@@ -140,6 +161,27 @@ func devUp(ctx context.Context, o *devOptions) error {
 		time.Sleep(500 * time.Millisecond)
 	}
 	step("%d hosts Ready", o.hosts)
+	url := ""
+	if repo != nil {
+		// The source is recorded once every host is Ready, so the first rollout spreads
+		// over all of them (what `flotilla agent --git-url` records at start).
+		cfg, err := clientcmd.BuildConfigFromFlags("", first.Kubeconfig())
+		if err != nil {
+			return err
+		}
+		dyn, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		if err := gitsync.EnsureRootSource(wctx, dyn, "file://"+repo.bare, "main", ""); err != nil {
+			return fmt.Errorf("record GitSource kube-system/root: %w", err)
+		}
+		step("GitSource kube-system/root follows %s (branch main)", repo.bare)
+		url = "http://" + first.IP + "/"
+		if err := waitApp(wctx, client, url, step); err != nil {
+			return fmt.Errorf("%w (agent logs: %s/host-N.log)", err, o.dir)
+		}
+	}
 	ok = true
 	fmt.Printf(`
 The site runs %d hosts in network namespaces (logs: %s/host-N.log).
@@ -147,16 +189,29 @@ The site runs %d hosts in network namespaces (logs: %s/host-N.log).
   %s get nodes -o wide
   %s get all -A
 Any host's kubeconfig works against any host: %s/host-N/kubeconfig.
-Not done yet (later issues): gitsync from a git repo, scheduler, containers, Service IPs on
-the hosts, DNS and ingress, so no application URL answers yet.
 Remove everything with: make demo-down   (or: flotilla dev down --dir %s)
 API: https://%s:6443
 `, o.hosts, o.dir, first.Kubeconfig(), o.kubectl, o.kubectl, o.dir, o.dir, first.IP)
+	if repo != nil {
+		fmt.Printf(`
+The site deploys %s from git (GitSource kube-system/root, checked every minute):
+  %s get gitsources -A
+  cd %s && $EDITOR deployment.yaml && git commit -am "change" && git push
+  %s -n hello rollout status deployment/hello
+The application answers through the Ingress of every host:
+%s
+`, o.app, o.kubectl, repo.work, o.kubectl, url)
+	}
 	return nil
 }
 
 func devDown(o *devOptions) error {
-	site, err := harness.Load(o.statePath(), harness.Options{})
+	// The hosts' containers outlive their agents; this binary's `reset` removes them.
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	site, err := harness.Load(o.statePath(), harness.Options{Bin: self})
 	if errors.Is(err, os.ErrNotExist) {
 		fmt.Printf("no dev site in %s\n", o.dir)
 		return nil
@@ -223,4 +278,133 @@ func readyNodeCount(ctx context.Context, c kubernetes.Interface) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// sideLoadImages copies the image tarballs of dir into a host's auto-import directory.
+func sideLoadImages(dir, dest string) error {
+	if dir == "" {
+		return nil
+	}
+	tars, err := filepath.Glob(filepath.Join(dir, "*.tar"))
+	if err != nil {
+		return err
+	}
+	if len(tars) == 0 {
+		return fmt.Errorf("--images %s holds no *.tar image: run hack/pack-images.sh (make demo does)", dir)
+	}
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return err
+	}
+	for _, t := range tars {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dest, filepath.Base(t)), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// devRepo is the demo's git repository: a bare repository the site pulls from and a clone
+// the user edits and pushes from.
+type devRepo struct{ bare, work string }
+
+func newDevRepo(dir, app string) (*devRepo, error) {
+	r := &devRepo{bare: filepath.Join(dir, "git", "site.git"), work: filepath.Join(dir, "work")}
+	entries, err := os.ReadDir(app)
+	if err != nil {
+		return nil, fmt.Errorf("--app: %w", err)
+	}
+	git := func(args ...string) error {
+		cmd := exec.Command("git", append([]string{"-c", "user.name=flotilla demo", "-c", "user.email=demo@flotilla.dev", "-c", "init.defaultBranch=main"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	if err := git("init", "-q", "--bare", r.bare); err != nil {
+		return nil, err
+	}
+	if err := git("init", "-q", r.work); err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(app, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(r.work, e.Name()), b, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	for _, args := range [][]string{{"-C", r.work, "add", "-A"}, {"-C", r.work, "commit", "-qm", "deploy " + filepath.Base(app)},
+		{"-C", r.work, "remote", "add", "origin", r.bare}, {"-C", r.work, "push", "-q", "origin", "HEAD:main"},
+		{"-C", r.work, "branch", "-q", "--set-upstream-to=origin/main"}} {
+		if err := git(args...); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// waitApp waits until every Deployment is available and url answers 200, printing progress.
+func waitApp(ctx context.Context, client kubernetes.Interface, url string, step func(string, ...any)) error {
+	last := ""
+	httpc := &http.Client{Timeout: 3 * time.Second}
+	for {
+		msg := appProgress(ctx, client)
+		if msg != last {
+			step("%s", msg)
+			last = msg
+		}
+		if strings.HasPrefix(msg, "deployments available") {
+			resp, err := httpc.Get(url)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					step("%s answers 200", url)
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the application did not answer at %s in time; last state: %s", url, msg)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// appProgress summarises the deployment's state in one line.
+func appProgress(ctx context.Context, client kubernetes.Interface) string {
+	deps, err := client.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "waiting for the API: " + err.Error()
+	}
+	if len(deps.Items) == 0 {
+		return "waiting for gitsync to apply the repository"
+	}
+	ready, want := int32(0), int32(0)
+	for _, d := range deps.Items {
+		if d.Spec.Replicas != nil {
+			want += *d.Spec.Replicas
+		}
+		ready += d.Status.AvailableReplicas
+	}
+	if ready < want {
+		pods, _ := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return fmt.Sprintf("pods: %d running, %d/%d available", running, ready, want)
+	}
+	return fmt.Sprintf("deployments available (%d/%d pods); waiting for the Ingress", ready, want)
 }

@@ -37,6 +37,12 @@ type NodeConfig struct {
 	HeartbeatInterval time.Duration
 	// LeaseDuration is the Lease's leaseDurationSeconds (40 s).
 	LeaseDuration time.Duration
+	// AgentPort is the node agent's HTTPS port (status.daemonEndpoints), 0 when it runs no pods.
+	AgentPort int32
+	// RuntimeVersion is reported in status.nodeInfo.containerRuntimeVersion.
+	RuntimeVersion string
+	// Images lists the host's images for status.images (nil: not reported).
+	Images func(ctx context.Context) []corev1.ContainerImage
 }
 
 // RunNodeHeartbeat registers the Node and renews its Lease and Ready status until ctx ends.
@@ -151,14 +157,16 @@ func desiredStatus(cfg NodeConfig) corev1.NodeStatus {
 			cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "flotilla agent has sufficient PID available"),
 			cond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "flotilla agent is posting ready status"),
 		},
+		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: cfg.AgentPort}},
 		NodeInfo: corev1.NodeSystemInfo{
-			MachineID:       readTrim("/etc/machine-id"),
-			BootID:          readTrim("/proc/sys/kernel/random/boot_id"),
-			KernelVersion:   utsString(uts.Release[:]),
-			OSImage:         osImage(),
-			OperatingSystem: runtime.GOOS,
-			Architecture:    runtime.GOARCH,
-			KubeletVersion:  cfg.KubeletVersion,
+			MachineID:               readTrim("/etc/machine-id"),
+			BootID:                  readTrim("/proc/sys/kernel/random/boot_id"),
+			KernelVersion:           utsString(uts.Release[:]),
+			OSImage:                 osImage(),
+			OperatingSystem:         runtime.GOOS,
+			Architecture:            runtime.GOARCH,
+			KubeletVersion:          cfg.KubeletVersion,
+			ContainerRuntimeVersion: cfg.RuntimeVersion,
 		},
 	}
 }
@@ -179,10 +187,15 @@ func updateStatus(ctx context.Context, client kubernetes.Interface, cfg NodeConf
 	}
 	// Keep what other writers own (images, volumes, declared features).
 	want.Images = cur.Status.Images
+	if cfg.Images != nil {
+		want.Images = cfg.Images(ctx)
+	}
 	want.VolumesInUse = cur.Status.VolumesInUse
 	want.VolumesAttached = cur.Status.VolumesAttached
 	want.DeclaredFeatures = cur.Status.DeclaredFeatures
-	want.NodeInfo.ContainerRuntimeVersion = cur.Status.NodeInfo.ContainerRuntimeVersion
+	if want.NodeInfo.ContainerRuntimeVersion == "" {
+		want.NodeInfo.ContainerRuntimeVersion = cur.Status.NodeInfo.ContainerRuntimeVersion
+	}
 	cur.Status = want
 	_, err = client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 	return err

@@ -61,6 +61,8 @@ type Config struct {
 	// Unauthenticated handlers are served before the authentication chain, by exact path
 	// (the join protocol and git webhooks authenticate themselves).
 	Unauthenticated map[string]http.Handler
+	// Nodes is how pods/log reaches the node agents.
+	Nodes NodeConnection
 }
 
 // EtcdClientConfig locates the etcd cluster and the client certificate for it.
@@ -132,6 +134,9 @@ func New(cfg Config) (*Server, error) {
 	resourceConfig.EnableVersions(servedGroupVersions()...)
 	factory := serverstorage.NewDefaultStorageFactory(etcdOpts.StorageConfig, runtime.ContentTypeJSON, codecs,
 		serverstorage.NewDefaultResourceEncodingConfigForEffectiveVersion(scheme, gc.EffectiveVersion), resourceConfig, nil)
+	// Upstream stores core and events.k8s.io Events once and converts between them; without
+	// internal types to convert through, each API keeps its own keys.
+	factory.SetResourceEtcdPrefix(schema.GroupResource{Group: "events.k8s.io", Resource: "events"}, "events.k8s.io/events")
 	if err := etcdOpts.ApplyWithStorageFactoryTo(factory, gc); err != nil {
 		return nil, fmt.Errorf("configure etcd storage %v: %w", cfg.Etcd.Servers, err)
 	}
@@ -157,7 +162,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create API server: %w", err)
 	}
-	if err := installAPIs(generic, scheme, codecs, gc.RESTOptionsGetter, cfg.Validation, cfg.DefaultTolerationSeconds); err != nil {
+	if err := installAPIs(generic, scheme, codecs, gc.RESTOptionsGetter, cfg.Validation, cfg.DefaultTolerationSeconds, cfg.Nodes); err != nil {
 		return nil, err
 	}
 	s := &Server{generic: generic, informer: informerFactory, Loopback: gc.LoopbackClientConfig}
@@ -193,7 +198,7 @@ func ensureNamespaces(ctx context.Context, client kubernetes.Interface) error {
 }
 
 // installAPIs creates the storage of every served resource and installs the API groups.
-func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, codecs serializer.CodecFactory, optsGetter generic.RESTOptionsGetter, vopts validation.Options, tolerationSeconds int64) error {
+func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, codecs serializer.CodecFactory, optsGetter generic.RESTOptionsGetter, vopts validation.Options, tolerationSeconds int64, nodes NodeConnection) error {
 	groups := map[string]*genericapiserver.APIGroupInfo{}
 	var order []string
 	stores := map[schema.GroupResource]*store{}
@@ -201,7 +206,7 @@ func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, c
 	for _, r := range servedResources() {
 		info, ok := groups[r.gv.Group]
 		if !ok {
-			gi := genericapiserver.NewDefaultAPIGroupInfo(r.gv.Group, scheme, metav1.ParameterCodec, codecs)
+			gi := genericapiserver.NewDefaultAPIGroupInfo(r.gv.Group, scheme, podOptionsCodec{metav1.ParameterCodec}, codecs)
 			if r.gv.Group == flotillav1alpha1.GroupName {
 				gi.NegotiatedSerializer = jsonOnly{gi.NegotiatedSerializer}
 			}
@@ -241,6 +246,11 @@ func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, c
 	podStore := stores[corev1.Resource("pods")]
 	core["pods/binding"] = &bindingREST{pods: podStore.Store}
 	core["pods/eviction"] = &evictionREST{pods: podStore.Store, pdbs: stores[schema.GroupResource{Group: "policy", Resource: "poddisruptionbudgets"}].Store}
+	dialer, err := newNodeDialer(podStore, stores[corev1.Resource("nodes")], nodes)
+	if err != nil {
+		return err
+	}
+	core["pods/log"] = &podLogREST{d: dialer}
 	nsStore := stores[corev1.Resource("namespaces")]
 	core["namespaces"] = &namespaceREST{store: nsStore}
 	core["namespaces/finalize"] = newFinalizeREST(nsStore.Store, strategies[corev1.Resource("namespaces")])

@@ -125,7 +125,10 @@ func StartAgent(t testing.TB, o AgentOptions) *Agent {
 	a.APIPort = FreePort(t)
 	a.Args = append([]string{"agent", "--data-dir", o.DataDir, "--name", o.Name, "--listen-address", "127.0.0.1",
 		"--api-port", strconv.Itoa(a.APIPort), "--etcd-client-port", strconv.Itoa(FreePort(t)),
-		"--etcd-peer-port", strconv.Itoa(FreePort(t)), "--gossip-port", strconv.Itoa(FreePort(t))}, o.Extra...)
+		"--etcd-peer-port", strconv.Itoa(FreePort(t)), "--gossip-port", strconv.Itoa(FreePort(t)),
+		// Agents on loopback serve the API only: pods and the proxy need a host network
+		// namespace of their own (see test/e2e/harness).
+		"--pods=false", "--proxy=false"}, o.Extra...)
 	a.start()
 	t.Cleanup(func() { a.Stop() })
 	return a

@@ -155,6 +155,11 @@ func (s *Site) Close() {
 		h.Kill()
 	}
 	for _, h := range s.Hosts {
+		// Containers outlive their agent on purpose (edge autonomy); remove them, their
+		// containerd and their mounts before the namespace goes.
+		if out, err := exec.Command(s.opts.Bin, "reset", "--data-dir", h.DataDir, "--name", h.Name).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "harness: reset %s: %v\n%s", h.Name, err, out)
+		}
 		_ = run("ip", "netns", "del", h.NetNS)
 		// Deleting the namespace normally takes the veth pair with it; a namespace still
 		// pinned by a dying process would leave the root side behind.

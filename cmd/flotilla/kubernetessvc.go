@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"net"
+	"sort"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// runKubernetesService keeps the Service default/kubernetes (the first address of the service
+// CIDR, port 443) and its EndpointSlice, listing the API of every Ready host, as an upstream
+// API server does: pods find the API through it and its environment variables. Every host
+// runs this loop; they all compute the same slice from the same Nodes.
+func runKubernetesService(ctx context.Context, client kubernetes.Interface, clusterIP net.IP, apiPort int32) {
+	log := logrus.WithField("service", "default/kubernetes")
+	for {
+		if err := syncKubernetesService(ctx, client, clusterIP, apiPort); err != nil && ctx.Err() == nil {
+			log.WithError(err).Debug("sync")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Second):
+		}
+	}
+}
+
+func syncKubernetesService(ctx context.Context, client kubernetes.Interface, clusterIP net.IP, apiPort int32) error {
+	svcs := client.CoreV1().Services(metav1.NamespaceDefault)
+	if _, err := svcs.Get(ctx, "kubernetes", metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		_, err = svcs.Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Labels: map[string]string{"component": "apiserver", "provider": "kubernetes"}},
+			Spec: corev1.ServiceSpec{ClusterIP: clusterIP.String(), Type: corev1.ServiceTypeClusterIP,
+				Ports: []corev1.ServicePort{{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(apiPort)}}},
+		}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	var ips []string
+	for _, n := range nodes.Items {
+		ready := false
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				ready = true
+			}
+		}
+		for _, a := range n.Status.Addresses {
+			if ready && a.Type == corev1.NodeInternalIP {
+				ips = append(ips, a.Address)
+			}
+		}
+	}
+	sort.Strings(ips)
+	want := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: metav1.NamespaceDefault, Labels: map[string]string{
+			discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: "flotilla.dev/apiserver"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(apiPort), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	for _, ip := range ips {
+		want.Endpoints = append(want.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}})
+	}
+	slices := client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault)
+	cur, err := slices.Get(ctx, "kubernetes", metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = slices.Create(ctx, want, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	same := len(cur.Endpoints) == len(want.Endpoints)
+	for i := 0; same && i < len(cur.Endpoints); i++ {
+		same = len(cur.Endpoints[i].Addresses) == 1 && cur.Endpoints[i].Addresses[0] == want.Endpoints[i].Addresses[0]
+	}
+	if same && len(cur.Ports) == 1 && cur.Ports[0].Port != nil && *cur.Ports[0].Port == apiPort {
+		return nil
+	}
+	cur.Endpoints, cur.Ports, cur.Labels = want.Endpoints, want.Ports, want.Labels
+	_, err = slices.Update(ctx, cur, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}

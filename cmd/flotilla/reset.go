@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
+
+	"github.com/flotilla-dev/flotilla/nodes/runtime"
+)
+
+// newResetCommand removes what a stopped agent leaves running on purpose (its containers
+// keep running across agent restarts): containers, containerd, pod sandboxes, mounts and
+// cgroups. `flotilla dev down` and the test harness use it.
+func newResetCommand() *cobra.Command {
+	var dataDir, name string
+	cmd := &cobra.Command{
+		Use:   "reset",
+		Short: "Stop and remove this host's pods, containerd, pod network namespaces and mounts (the agent must be stopped)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if dataDir == "" {
+				return errors.New("--data-dir is required: the agent's data directory")
+			}
+			if name == "" {
+				return errors.New("--name is required: the host name the agent ran as")
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
+			defer cancel()
+			return resetHost(ctx, dataDir, name)
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", "the agent's data directory")
+	cmd.Flags().StringVar(&name, "name", "", "the agent's host name (its cgroup parent is /flotilla/<name>)")
+	return cmd
+}
+
+func resetHost(ctx context.Context, dataDir, name string) error {
+	log := logrus.WithField("host", name)
+	var errs []error
+	if _, err := os.Stat(filepath.Join(dataDir, "containerd")); err == nil {
+		self, _ := os.Executable()
+		if err := runtime.Teardown(ctx, runtime.Config{Dir: filepath.Join(dataDir, "containerd"), CgroupParent: "/flotilla/" + name,
+			LoggerBinary: self, Log: log}); err != nil {
+			// Cgroups of just-killed containers may still be busy; removeCgroups retries below.
+			log.WithError(err).Debug("runtime teardown")
+		}
+	}
+	if err := unmountUnder(dataDir); err != nil {
+		errs = append(errs, err)
+	}
+	for i := 0; ; i++ {
+		left := removeCgroups("/flotilla/" + name)
+		if len(left) == 0 {
+			break
+		}
+		if i == 20 {
+			errs = append(errs, fmt.Errorf("cgroups still in use: %s", strings.Join(left, ", ")))
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return errors.Join(errs...)
+}
+
+// unmountUnder detaches every mount below dir (pod network namespaces, memory emptyDirs),
+// deepest first.
+func unmountUnder(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var points []string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		p := strings.ReplaceAll(fields[4], `\040`, " ")
+		if strings.HasPrefix(p, abs+"/") {
+			points = append(points, p)
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	var errs []error
+	for _, p := range points {
+		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeCgroups removes the (now empty) cgroup directories of parent in every hierarchy and
+// returns those that remain.
+func removeCgroups(parent string) []string {
+	var left []string
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	roots = append(roots, "/sys/fs/cgroup")
+	for _, root := range roots {
+		dir := filepath.Join(root, parent)
+		var dirs []string
+		_ = filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+			if err == nil && info.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+		for _, d := range dirs {
+			if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
+				left = append(left, d)
+			}
+		}
+	}
+	return left
+}

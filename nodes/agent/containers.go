@@ -1,0 +1,184 @@
+package agent
+
+import (
+	"fmt"
+	"hash/fnv"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	rt "github.com/flotilla-dev/flotilla/nodes/runtime"
+)
+
+// Labels on every container the agent creates: they tie a runtime container back to its pod,
+// so a restarted agent can adopt what runs instead of starting it again.
+const (
+	labelPodUID       = "flotilla.dev/pod-uid"
+	labelPodNamespace = "flotilla.dev/pod-namespace"
+	labelPodName      = "flotilla.dev/pod-name"
+	labelContainer    = "flotilla.dev/container"
+	labelAttempt      = "flotilla.dev/attempt"
+	labelInit         = "flotilla.dev/init"
+)
+
+// containerID names attempt n of a container of a pod within containerd's identifier rules
+// (76 characters, alphanumerics and -._).
+func containerID(podUID, name string, attempt int) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	return fmt.Sprintf("%s-%08x-%d", podUID, h.Sum32(), attempt)
+}
+
+// containerParams is what, besides the pod, decides how a container is created.
+type containerParams struct {
+	Attempt   int
+	Init      bool
+	Env       []string
+	NetNSPath string
+	Volumes   map[string]string // volume name -> host path
+	PodDir    string            // holds etc-hosts, resolv.conf, hostname and logs
+	Domain    string
+}
+
+// buildContainerConfig turns a pod's container into the runtime's container configuration.
+func buildContainerConfig(pod *corev1.Pod, c *corev1.Container, p containerParams) (rt.ContainerConfig, error) {
+	hostname, _ := podHostname(pod, p.Domain)
+	cfg := rt.ContainerConfig{
+		ID:    containerID(string(pod.UID), c.Name, p.Attempt),
+		Image: c.Image,
+		Labels: map[string]string{
+			labelPodUID: string(pod.UID), labelPodNamespace: pod.Namespace, labelPodName: pod.Name,
+			labelContainer: c.Name, labelAttempt: strconv.Itoa(p.Attempt),
+		},
+		Command:    c.Command,
+		Args:       c.Args,
+		Env:        p.Env,
+		WorkingDir: c.WorkingDir,
+		Hostname:   hostname,
+		NetNSPath:  p.NetNSPath,
+		LogPath:    logPath(p.PodDir, c.Name, p.Attempt),
+	}
+	if p.Init {
+		cfg.Labels[labelInit] = "true"
+	}
+	// Container runtimes set HOSTNAME as the CRI does; an explicit env entry wins.
+	if !pod.Spec.HostNetwork && !hasEnv(p.Env, "HOSTNAME") {
+		cfg.Env = append([]string{"HOSTNAME=" + hostname}, p.Env...)
+	}
+	if pod.Spec.HostNetwork {
+		cfg.NetNSPath = ""
+		cfg.Hostname = ""
+	}
+	// $(VAR) in command and args expands against the container's environment.
+	vars := map[string]string{}
+	for _, kv := range p.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	cfg.Command = expandAll(c.Command, vars)
+	cfg.Args = expandAll(c.Args, vars)
+
+	for _, f := range []struct{ name, dest string }{{"etc-hosts", "/etc/hosts"}, {"resolv.conf", "/etc/resolv.conf"}, {"hostname", "/etc/hostname"}} {
+		if pod.Spec.HostNetwork && f.dest != "/etc/resolv.conf" {
+			continue
+		}
+		cfg.Mounts = append(cfg.Mounts, rt.Mount{Source: filepath.Join(p.PodDir, f.name), Destination: f.dest})
+	}
+	for _, m := range c.VolumeMounts {
+		src, ok := p.Volumes[m.Name]
+		if !ok {
+			return cfg, fmt.Errorf("container %q: volumeMount %q names no volume of the pod", c.Name, m.Name)
+		}
+		sub := m.SubPath
+		if m.SubPathExpr != "" {
+			sub = expandVars(m.SubPathExpr, vars)
+		}
+		if sub != "" {
+			clean := filepath.Clean("/" + sub)
+			src = filepath.Join(src, clean)
+		}
+		cfg.Mounts = append(cfg.Mounts, rt.Mount{Source: src, Destination: m.MountPath, ReadOnly: m.ReadOnly})
+	}
+
+	sc := c.SecurityContext
+	psc := pod.Spec.SecurityContext
+	if psc != nil && psc.RunAsUser != nil {
+		cfg.User = &rt.User{UID: *psc.RunAsUser, GID: psc.RunAsGroup}
+	}
+	if sc != nil && sc.RunAsUser != nil {
+		gid := sc.RunAsGroup
+		if gid == nil && psc != nil {
+			gid = psc.RunAsGroup
+		}
+		cfg.User = &rt.User{UID: *sc.RunAsUser, GID: gid}
+	} else if sc != nil && sc.RunAsGroup != nil && cfg.User != nil {
+		cfg.User.GID = sc.RunAsGroup
+	}
+	if sc != nil {
+		cfg.ReadOnlyRootfs = sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem
+		cfg.Privileged = sc.Privileged != nil && *sc.Privileged
+		if sc.Capabilities != nil {
+			for _, a := range sc.Capabilities.Add {
+				cfg.CapAdd = append(cfg.CapAdd, string(a))
+			}
+			for _, d := range sc.Capabilities.Drop {
+				cfg.CapDrop = append(cfg.CapDrop, string(d))
+			}
+		}
+	}
+
+	// Resources -> cgroup settings, as the kubelet maps them.
+	if q, ok := c.Resources.Requests[corev1.ResourceCPU]; ok {
+		cfg.CPUShares = milliCPUToShares(q.MilliValue())
+	} else if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
+		cfg.CPUShares = milliCPUToShares(q.MilliValue())
+	} else {
+		cfg.CPUShares = 2
+	}
+	if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
+		cfg.CPUPeriod = 100000
+		cfg.CPUQuota = q.MilliValue() * 100000 / 1000
+		if cfg.CPUQuota < 1000 {
+			cfg.CPUQuota = 1000
+		}
+	}
+	if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+		cfg.MemoryLimit = q.Value()
+	}
+	return cfg, nil
+}
+
+func milliCPUToShares(m int64) uint64 {
+	s := m * 1024 / 1000
+	if s < 2 {
+		s = 2
+	}
+	return uint64(s)
+}
+
+func expandAll(in []string, vars map[string]string) []string {
+	if in == nil {
+		return nil
+	}
+	out := make([]string, len(in))
+	for i, s := range in {
+		out[i] = expandVars(s, vars)
+	}
+	return out
+}
+
+// logPath is where attempt n of a container logs (CRI format).
+func logPath(podDir, container string, attempt int) string {
+	return filepath.Join(podDir, "logs", container, strconv.Itoa(attempt)+".log")
+}
+
+func hasEnv(env []string, key string) bool {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, key+"=") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,124 @@
+package agent
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	rt "github.com/flotilla-dev/flotilla/nodes/runtime"
+)
+
+// ServerConfig configures the agent's HTTPS endpoint, which the API server calls for pods/log.
+type ServerConfig struct {
+	Address           string // host:port
+	CertFile, KeyFile string
+	// Token is the bearer token callers must present (the site's API server token).
+	Token string
+}
+
+// Serve answers node-agent requests until ctx ends.
+func (m *PodManager) Serve(ctx context.Context, cfg ServerConfig) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", m.serveLogs)
+	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+	if err != nil {
+		return fmt.Errorf("node agent endpoint certificate: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           requireToken(cfg.Token, mux),
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	l, err := net.Listen("tcp", cfg.Address)
+	if err != nil {
+		return fmt.Errorf("node agent endpoint: listen on %s: %w", cfg.Address, err)
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	logrus.WithField("address", cfg.Address).Info("node agent endpoint serving")
+	if err := srv.ServeTLS(l, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func requireToken(token string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// flushWriter flushes after every write so `kubectl logs -f` sees lines as they come.
+type flushWriter struct {
+	w http.ResponseWriter
+	f http.Flusher
+}
+
+func (f flushWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if f.f != nil {
+		f.f.Flush()
+	}
+	return n, err
+}
+
+func (m *PodManager) serveLogs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	opts := rt.LogOptions{Tail: -1}
+	opts.Follow, _ = strconv.ParseBool(q.Get("follow"))
+	opts.Timestamps, _ = strconv.ParseBool(q.Get("timestamps"))
+	previous, _ := strconv.ParseBool(q.Get("previous"))
+	if v := q.Get("tailLines"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			http.Error(w, "tailLines must be a non-negative integer", http.StatusBadRequest)
+			return
+		}
+		opts.Tail = n
+	}
+	if v := q.Get("limitBytes"); v != "" {
+		opts.LimitBytes, _ = strconv.ParseInt(v, 10, 64)
+	}
+	if v := q.Get("sinceSeconds"); v != "" {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		opts.Since = time.Now().Add(-time.Duration(n) * time.Second)
+	}
+	if v := q.Get("sinceTime"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			http.Error(w, "sinceTime must be RFC 3339", http.StatusBadRequest)
+			return
+		}
+		opts.Since = t
+	}
+	path, err := m.LogPath(r.Context(), r.PathValue("namespace"), r.PathValue("pod"), r.PathValue("container"), previous)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	f, _ := w.(http.Flusher)
+	out := flushWriter{w: w, f: f}
+	if err := rt.ReadLogs(r.Context(), path, opts, out, out); err != nil && r.Context().Err() == nil {
+		logrus.WithError(err).WithField("path", path).Debug("read logs")
+	}
+}

@@ -1,0 +1,361 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// volumeSources is what volumes may refer to.
+type volumeSources struct {
+	ConfigMap func(namespace, name string) (*corev1.ConfigMap, error)
+	Secret    func(namespace, name string) (*corev1.Secret, error)
+	PVC       func(namespace, name string) (*corev1.PersistentVolumeClaim, error)
+	PV        func(name string) (*corev1.PersistentVolume, error)
+}
+
+// errVolumeNotReady marks volumes that cannot be set up yet (an unbound claim, a missing
+// ConfigMap): the pod waits in ContainerCreating and the agent retries.
+var errVolumeNotReady = errors.New("volume not ready")
+
+// prepareVolumes makes every volume of the pod available on the host under podDir and returns
+// the host path of each by name. It is run on every sync, so ConfigMap, Secret and downward
+// API contents follow changes of their sources.
+func prepareVolumes(pod *corev1.Pod, podDir string, src volumeSources) (map[string]string, error) {
+	paths := map[string]string{}
+	for _, v := range pod.Spec.Volumes {
+		dir := filepath.Join(podDir, "volumes", v.Name)
+		var err error
+		switch {
+		case v.EmptyDir != nil:
+			err = emptyDir(dir, v.EmptyDir)
+		case v.ConfigMap != nil:
+			err = writeConfigMapVolume(dir, pod, v.ConfigMap, src)
+		case v.Secret != nil:
+			err = writeSecretVolume(dir, pod, v.Secret, src)
+		case v.DownwardAPI != nil:
+			var files map[string]fileContent
+			files, err = downwardFiles(pod, v.DownwardAPI.Items, v.DownwardAPI.DefaultMode)
+			if err == nil {
+				err = syncFiles(dir, files)
+			}
+		case v.Projected != nil:
+			err = writeProjected(dir, pod, v.Projected, src)
+		case v.HostPath != nil:
+			dir, err = hostPathVolume(v.HostPath)
+		case v.PersistentVolumeClaim != nil:
+			dir, err = claimPath(pod, v.PersistentVolumeClaim.ClaimName, src)
+		default:
+			err = fmt.Errorf("volume type is not supported by flotilla (use emptyDir, configMap, secret, downwardAPI, projected, hostPath or persistentVolumeClaim)")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("volume %q: %w", v.Name, err)
+		}
+		paths[v.Name] = dir
+	}
+	return paths, nil
+}
+
+func emptyDir(dir string, e *corev1.EmptyDirVolumeSource) error {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return err
+	}
+	if e.Medium != corev1.StorageMediumMemory || isMountPoint(dir) {
+		return nil
+	}
+	opts := "mode=0777"
+	if e.SizeLimit != nil && !e.SizeLimit.IsZero() {
+		opts += fmt.Sprintf(",size=%d", e.SizeLimit.Value())
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, opts); err != nil {
+		return fmt.Errorf("mount tmpfs for medium Memory: %w", err)
+	}
+	return nil
+}
+
+// isMountPoint reports whether dir is on a different device than its parent.
+func isMountPoint(dir string) bool {
+	var a, b syscall.Stat_t
+	if syscall.Stat(dir, &a) != nil || syscall.Stat(filepath.Dir(dir), &b) != nil {
+		return false
+	}
+	return a.Dev != b.Dev
+}
+
+// cleanupPodDir unmounts memory-backed emptyDirs and removes the pod's directory.
+func cleanupPodDir(podDir string) error {
+	entries, _ := os.ReadDir(filepath.Join(podDir, "volumes"))
+	for _, e := range entries {
+		p := filepath.Join(podDir, "volumes", e.Name())
+		if isMountPoint(p) {
+			if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil {
+				return fmt.Errorf("unmount %s: %w", p, err)
+			}
+		}
+	}
+	return os.RemoveAll(podDir)
+}
+
+type fileContent struct {
+	data []byte
+	mode os.FileMode
+}
+
+func fileMode(item *int32, def *int32) os.FileMode {
+	switch {
+	case item != nil:
+		return os.FileMode(*item)
+	case def != nil:
+		return os.FileMode(*def)
+	}
+	return 0o644
+}
+
+// keyFiles maps keys to files, honouring items (key -> path, mode) when given.
+func keyFiles(data map[string][]byte, items []corev1.KeyToPath, defMode *int32, what string) (map[string]fileContent, error) {
+	out := map[string]fileContent{}
+	if len(items) == 0 {
+		for k, v := range data {
+			out[k] = fileContent{v, fileMode(nil, defMode)}
+		}
+		return out, nil
+	}
+	for _, it := range items {
+		v, ok := data[it.Key]
+		if !ok {
+			return nil, fmt.Errorf("%w: %s has no key %q", errVolumeNotReady, what, it.Key)
+		}
+		out[it.Path] = fileContent{v, fileMode(it.Mode, defMode)}
+	}
+	return out, nil
+}
+
+func configMapFiles(pod *corev1.Pod, name string, items []corev1.KeyToPath, optional *bool, defMode *int32, src volumeSources) (map[string]fileContent, error) {
+	cm, err := src.ConfigMap(pod.Namespace, name)
+	if err != nil {
+		if optional != nil && *optional {
+			return map[string]fileContent{}, nil
+		}
+		return nil, fmt.Errorf("%w: configMap %q: %v", errVolumeNotReady, name, err)
+	}
+	data := map[string][]byte{}
+	for k, v := range cm.Data {
+		data[k] = []byte(v)
+	}
+	for k, v := range cm.BinaryData {
+		data[k] = v
+	}
+	return keyFiles(data, items, defMode, "configMap "+name)
+}
+
+func secretFiles(pod *corev1.Pod, name string, items []corev1.KeyToPath, optional *bool, defMode *int32, src volumeSources) (map[string]fileContent, error) {
+	s, err := src.Secret(pod.Namespace, name)
+	if err != nil {
+		if optional != nil && *optional {
+			return map[string]fileContent{}, nil
+		}
+		return nil, fmt.Errorf("%w: secret %q: %v", errVolumeNotReady, name, err)
+	}
+	return keyFiles(s.Data, items, defMode, "secret "+name)
+}
+
+func writeConfigMapVolume(dir string, pod *corev1.Pod, v *corev1.ConfigMapVolumeSource, src volumeSources) error {
+	files, err := configMapFiles(pod, v.Name, v.Items, v.Optional, v.DefaultMode, src)
+	if err != nil {
+		return err
+	}
+	return syncFiles(dir, files)
+}
+
+func writeSecretVolume(dir string, pod *corev1.Pod, v *corev1.SecretVolumeSource, src volumeSources) error {
+	mode := v.DefaultMode
+	if mode == nil {
+		m := int32(0o644)
+		mode = &m
+	}
+	files, err := secretFiles(pod, v.SecretName, v.Items, v.Optional, mode, src)
+	if err != nil {
+		return err
+	}
+	return syncFiles(dir, files)
+}
+
+func downwardFiles(pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile, defMode *int32) (map[string]fileContent, error) {
+	out := map[string]fileContent{}
+	for _, it := range items {
+		var v string
+		var err error
+		switch {
+		case it.FieldRef != nil:
+			v, err = podFieldValue(pod, it.FieldRef.FieldPath)
+		case it.ResourceFieldRef != nil:
+			c := &corev1.Container{}
+			if len(pod.Spec.Containers) > 0 {
+				c = &pod.Spec.Containers[0]
+			}
+			v, err = resourceFieldValue(pod, c, it.ResourceFieldRef)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("downwardAPI %s: %w", it.Path, err)
+		}
+		out[it.Path] = fileContent{[]byte(v), fileMode(it.Mode, defMode)}
+	}
+	return out, nil
+}
+
+func writeProjected(dir string, pod *corev1.Pod, p *corev1.ProjectedVolumeSource, src volumeSources) error {
+	all := map[string]fileContent{}
+	merge := func(files map[string]fileContent) {
+		for k, v := range files {
+			all[k] = v
+		}
+	}
+	for _, s := range p.Sources {
+		var files map[string]fileContent
+		var err error
+		switch {
+		case s.ConfigMap != nil:
+			files, err = configMapFiles(pod, s.ConfigMap.Name, s.ConfigMap.Items, s.ConfigMap.Optional, p.DefaultMode, src)
+		case s.Secret != nil:
+			files, err = secretFiles(pod, s.Secret.Name, s.Secret.Items, s.Secret.Optional, p.DefaultMode, src)
+		case s.DownwardAPI != nil:
+			files, err = downwardFiles(pod, s.DownwardAPI.Items, p.DefaultMode)
+		case s.ServiceAccountToken != nil:
+			// Token requests are not served yet; the path is left empty rather than faked.
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		merge(files)
+	}
+	return syncFiles(dir, all)
+}
+
+// syncFiles makes dir hold exactly files (paths may have subdirectories), rewriting only
+// what changed so readers see whole files.
+func syncFiles(dir string, files map[string]fileContent) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	want := map[string]bool{}
+	names := make([]string, 0, len(files))
+	for p := range files {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	for _, p := range names {
+		clean := filepath.Clean("/" + p)[1:]
+		if clean == "" || strings.HasPrefix(clean, "..") {
+			return fmt.Errorf("path %q leaves the volume", p)
+		}
+		want[clean] = true
+		f := files[p]
+		full := filepath.Join(dir, clean)
+		if old, err := os.ReadFile(full); err == nil && bytes.Equal(old, f.data) {
+			if st, err := os.Stat(full); err == nil && st.Mode().Perm() == f.mode.Perm() {
+				continue
+			}
+		}
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return err
+		}
+		tmp := full + ".flotilla-tmp"
+		if err := os.WriteFile(tmp, f.data, f.mode.Perm()); err != nil {
+			return err
+		}
+		if err := os.Chmod(tmp, f.mode.Perm()); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, full); err != nil {
+			return err
+		}
+	}
+	// Remove files whose keys disappeared.
+	return filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if !want[rel] {
+			_ = os.Remove(path)
+		}
+		return nil
+	})
+}
+
+func hostPathVolume(h *corev1.HostPathVolumeSource) (string, error) {
+	t := corev1.HostPathUnset
+	if h.Type != nil {
+		t = *h.Type
+	}
+	st, err := os.Stat(h.Path)
+	switch t {
+	case corev1.HostPathUnset:
+		return h.Path, nil
+	case corev1.HostPathDirectoryOrCreate:
+		if err != nil {
+			return h.Path, os.MkdirAll(h.Path, 0o755)
+		}
+	case corev1.HostPathFileOrCreate:
+		if err != nil {
+			if err := os.MkdirAll(filepath.Dir(h.Path), 0o755); err != nil {
+				return "", err
+			}
+			f, err := os.OpenFile(h.Path, os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				return "", err
+			}
+			return h.Path, f.Close()
+		}
+	case corev1.HostPathDirectory:
+		if err != nil || !st.IsDir() {
+			return "", fmt.Errorf("hostPath %s is not a directory on this host", h.Path)
+		}
+	case corev1.HostPathFile:
+		if err != nil || !st.Mode().IsRegular() {
+			return "", fmt.Errorf("hostPath %s is not a file on this host", h.Path)
+		}
+	case corev1.HostPathSocket:
+		if err != nil || st.Mode()&os.ModeSocket == 0 {
+			return "", fmt.Errorf("hostPath %s is not a socket on this host", h.Path)
+		}
+	case corev1.HostPathCharDev:
+		if err != nil || st.Mode()&os.ModeCharDevice == 0 {
+			return "", fmt.Errorf("hostPath %s is not a character device on this host", h.Path)
+		}
+	case corev1.HostPathBlockDev:
+		if err != nil || st.Mode()&os.ModeDevice == 0 || st.Mode()&os.ModeCharDevice != 0 {
+			return "", fmt.Errorf("hostPath %s is not a block device on this host", h.Path)
+		}
+	}
+	return h.Path, nil
+}
+
+func claimPath(pod *corev1.Pod, claim string, src volumeSources) (string, error) {
+	pvc, err := src.PVC(pod.Namespace, claim)
+	if err != nil {
+		return "", fmt.Errorf("%w: persistentVolumeClaim %q: %v", errVolumeNotReady, claim, err)
+	}
+	if pvc.Spec.VolumeName == "" || pvc.Status.Phase != corev1.ClaimBound {
+		return "", fmt.Errorf("%w: persistentVolumeClaim %q is not bound yet", errVolumeNotReady, claim)
+	}
+	pv, err := src.PV(pvc.Spec.VolumeName)
+	if err != nil {
+		return "", fmt.Errorf("%w: persistentVolume %q: %v", errVolumeNotReady, pvc.Spec.VolumeName, err)
+	}
+	switch {
+	case pv.Spec.Local != nil:
+		return pv.Spec.Local.Path, os.MkdirAll(pv.Spec.Local.Path, 0o777)
+	case pv.Spec.HostPath != nil:
+		return hostPathVolume(pv.Spec.HostPath)
+	}
+	return "", fmt.Errorf("persistentVolume %q: only local and hostPath volumes can be mounted by flotilla", pv.Name)
+}

@@ -1,0 +1,637 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	rt "github.com/flotilla-dev/flotilla/nodes/runtime"
+)
+
+// Back-off of restarts and image pulls, as the kubelet: 10 s doubling to 5 min, forgotten
+// after a container ran for 10 minutes.
+const (
+	backoffInitial = 10 * time.Second
+	backoffMax     = 300 * time.Second
+	backoffReset   = 10 * time.Minute
+)
+
+type backoff struct {
+	delay time.Duration
+	next  time.Time
+}
+
+// podWorker owns one pod: it alone creates, starts and stops that pod's containers.
+type podWorker struct {
+	m     *PodManager
+	uid   types.UID
+	kickC chan struct{}
+	log   *logrus.Entry
+
+	backoffs map[string]*backoff // container name (or "pull/"+name) -> back-off
+	probes   map[string]*probeHandle
+	started  time.Time
+	// sandbox is the pod's network once set up.
+	podIPs    []string
+	netnsPath string
+	// postStartDone records containers whose postStart hook ran.
+	postStartDone map[string]bool
+	waiting       map[string][2]string // container -> waiting reason, message
+	failed        [2]string
+	// lastStatus was written on top of resourceVersion lastBase.
+	lastStatus *corev1.PodStatus
+	lastBase   string
+}
+
+type probeHandle struct {
+	cancel context.CancelFunc
+	res    *probeResults
+}
+
+func newPodWorker(m *PodManager, uid types.UID) *podWorker {
+	return &podWorker{m: m, uid: uid, kickC: make(chan struct{}, 1),
+		log:      m.log.WithField("podUID", uid),
+		backoffs: map[string]*backoff{}, probes: map[string]*probeHandle{},
+		postStartDone: map[string]bool{}, waiting: map[string][2]string{}}
+}
+
+func (w *podWorker) kick() {
+	select {
+	case w.kickC <- struct{}{}:
+	default:
+	}
+}
+
+func (w *podWorker) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer w.m.workerDone(w.uid)
+	t := time.NewTicker(w.m.cfg.ResyncInterval)
+	defer t.Stop()
+	for {
+		pod := w.m.currentPod(w.uid)
+		var err error
+		if pod == nil {
+			err = w.cleanup(ctx, nil)
+			if err == nil {
+				return
+			}
+		} else {
+			w.log = w.m.log.WithFields(logrus.Fields{"pod": pod.Namespace + "/" + pod.Name})
+			err = w.sync(ctx, pod)
+			if errors.Is(err, errStop) {
+				return
+			}
+		}
+		if err != nil {
+			w.log.WithError(err).Debug("pod sync")
+		}
+		select {
+		case <-w.kickC:
+		case <-t.C:
+		}
+	}
+}
+
+// attempts groups a pod's runtime containers by container name, newest attempt first.
+func attempts(cs []rt.ContainerStatus) map[string][]rt.ContainerStatus {
+	out := map[string][]rt.ContainerStatus{}
+	for _, c := range cs {
+		n := c.Labels[labelContainer]
+		out[n] = append(out[n], c)
+	}
+	for n := range out {
+		sort.Slice(out[n], func(i, j int) bool {
+			a, _ := strconv.Atoi(out[n][i].Labels[labelAttempt])
+			b, _ := strconv.Atoi(out[n][j].Labels[labelAttempt])
+			return a > b
+		})
+	}
+	return out
+}
+
+func attemptOf(c rt.ContainerStatus) int {
+	a, _ := strconv.Atoi(c.Labels[labelAttempt])
+	return a
+}
+
+// sync drives the pod one step towards its spec and reports its status.
+func (w *podWorker) sync(ctx context.Context, pod *corev1.Pod) error {
+	if pod.DeletionTimestamp != nil {
+		if err := w.cleanup(ctx, pod); err != nil {
+			return err
+		}
+		if err := w.m.deletePod(ctx, pod); err != nil {
+			return fmt.Errorf("delete pod: %w", err)
+		}
+		return errStop
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		// Finished: nothing runs any more; the containers stay for their logs.
+		w.stopProbes("")
+		snap, err := w.m.containers(ctx, false)
+		if err != nil {
+			return err
+		}
+		for _, c := range snap[string(pod.UID)] {
+			if c.State == rt.StateRunning {
+				_ = w.m.cfg.Runtime.StopContainer(ctx, c.ID, gracePeriod(pod))
+			}
+		}
+		return nil
+	}
+	if w.started.IsZero() {
+		w.started = time.Now()
+		if pod.Status.StartTime != nil {
+			w.started = pod.Status.StartTime.Time
+		}
+	}
+	sandboxErr := w.ensureSandbox(ctx, pod)
+	var volumes map[string]string
+	var volErr error
+	if sandboxErr == nil {
+		volumes, volErr = prepareVolumes(pod, w.m.podDir(pod.UID), volumeSources{
+			ConfigMap: w.m.configMap, Secret: w.m.secret,
+			PVC: func(ns, n string) (*corev1.PersistentVolumeClaim, error) {
+				return w.m.pvcs.PersistentVolumeClaims(ns).Get(n)
+			},
+			PV: w.m.pvs.Get,
+		})
+		if volErr != nil {
+			w.event(pod, corev1.EventTypeWarning, "FailedMount", volErr.Error())
+		}
+	} else {
+		w.event(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", sandboxErr.Error())
+	}
+	snap, err := w.m.containers(ctx, false)
+	if err != nil {
+		return err
+	}
+	byName := attempts(snap[string(pod.UID)])
+	if sandboxErr == nil && volErr == nil {
+		changed := w.runContainers(ctx, pod, byName, volumes)
+		if changed {
+			snap, err = w.m.containers(ctx, true)
+			if err != nil {
+				return err
+			}
+			byName = attempts(snap[string(pod.UID)])
+		}
+	}
+	w.pruneAttempts(ctx, byName)
+	return w.writeStatus(ctx, pod, byName, sandboxErr == nil)
+}
+
+func gracePeriod(pod *corev1.Pod) time.Duration {
+	if pod.DeletionGracePeriodSeconds != nil {
+		return time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+	}
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		return time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	return 30 * time.Second
+}
+
+func (w *podWorker) ensureSandbox(ctx context.Context, pod *corev1.Pod) error {
+	dir := w.m.podDir(pod.UID)
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		return err
+	}
+	if pod.Spec.HostNetwork || w.m.cfg.Network == nil {
+		w.podIPs = w.m.hostIPs()
+		w.netnsPath = ""
+	} else if w.netnsPath == "" {
+		pn, err := w.m.cfg.Network.SetupPod(ctx, string(pod.UID), pod.Namespace, pod.Name)
+		if err != nil {
+			return fmt.Errorf("set up the pod network: %w", err)
+		}
+		w.netnsPath = pn.NetNSPath
+		w.podIPs = nil
+		for _, ip := range pn.IPs {
+			w.podIPs = append(w.podIPs, ip.String())
+		}
+	}
+	hostname, _ := podHostname(pod, w.m.cfg.ClusterDomain)
+	hostText, _ := os.ReadFile(w.m.cfg.HostResolvConf)
+	files := map[string]string{
+		"etc-hosts":   etcHosts(pod, w.podIPs, w.m.cfg.ClusterDomain),
+		"resolv.conf": resolvConf(pod, w.m.cfg.ClusterDNS, w.m.cfg.ClusterDomain, parseResolvConf(string(hostText))),
+		"hostname":    hostname + "\n",
+	}
+	for name, text := range files {
+		p := filepath.Join(dir, name)
+		if old, err := os.ReadFile(p); err == nil && string(old) == text {
+			continue
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runContainers starts init containers in order, then the app containers, restarting per
+// restartPolicy with back-off. It reports whether it changed anything.
+func (w *podWorker) runContainers(ctx context.Context, pod *corev1.Pod, byName map[string][]rt.ContainerStatus, volumes map[string]string) bool {
+	changed := false
+	w.failed = [2]string{}
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		sidecar := c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+		list := byName[c.Name]
+		if len(list) > 0 {
+			cur := list[0]
+			if sidecar {
+				ch, _ := w.keepRunning(ctx, pod, c, list, volumes, true, corev1.RestartPolicyAlways)
+				changed = changed || ch
+				if cur.State == rt.StateRunning {
+					continue
+				}
+				return changed
+			}
+			switch {
+			case cur.State == rt.StateExited && cur.ExitCode == 0:
+				continue
+			case cur.State == rt.StateExited && pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
+				w.failed = [2]string{"InitContainerFailed", fmt.Sprintf("init container %q exited with %d", c.Name, cur.ExitCode)}
+				return changed
+			}
+			ch, _ := w.keepRunning(ctx, pod, c, list, volumes, true, corev1.RestartPolicyOnFailure)
+			return changed || ch
+		}
+		// The next init container waits for this one to finish (or, for a sidecar, to run).
+		ch, _ := w.keepRunning(ctx, pod, c, nil, volumes, true, corev1.RestartPolicyOnFailure)
+		return changed || ch
+	}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		ch, _ := w.keepRunning(ctx, pod, c, byName[c.Name], volumes, false, pod.Spec.RestartPolicy)
+		changed = changed || ch
+	}
+	return changed
+}
+
+// keepRunning makes one container follow its restart policy: create the first attempt,
+// start a created one, restart an exited one after its back-off, kill one whose liveness
+// probe failed, and run probes for the running one.
+func (w *podWorker) keepRunning(ctx context.Context, pod *corev1.Pod, c *corev1.Container, list []rt.ContainerStatus, volumes map[string]string, init bool, policy corev1.RestartPolicy) (bool, error) {
+	delete(w.waiting, c.Name)
+	if len(list) == 0 {
+		return true, w.startAttempt(ctx, pod, c, 0, volumes, init)
+	}
+	cur := list[0]
+	switch cur.State {
+	case rt.StateRunning:
+		w.ensureProbes(ctx, pod, c, cur.ID)
+		if h := w.probes[cur.ID]; h != nil {
+			if _, _, bad := h.res.get(); bad {
+				h.res.mu.Lock()
+				msg := h.res.lastFailure
+				h.res.livenessBad = false
+				h.res.mu.Unlock()
+				w.event(pod, corev1.EventTypeNormal, "Killing", fmt.Sprintf("Container %s failed liveness probe, will be restarted", c.Name))
+				w.log.WithFields(logrus.Fields{"container": c.Name, "reason": msg}).Info("liveness probe failed; restarting")
+				w.stopContainer(ctx, pod, c, cur.ID, gracePeriod(pod))
+				return true, nil
+			}
+		}
+		return false, nil
+	case rt.StateCreated:
+		if err := w.m.cfg.Runtime.StartContainer(ctx, cur.ID); err != nil {
+			w.waiting[c.Name] = [2]string{"RunContainerError", err.Error()}
+			return false, err
+		}
+		return true, nil
+	case rt.StateExited:
+		w.stopProbes(cur.ID)
+		if !restarts(policy, cur.ExitCode) {
+			return false, nil
+		}
+		b := w.backoffs[c.Name]
+		if b == nil || cur.FinishedAt.Sub(cur.StartedAt) > backoffReset {
+			b = &backoff{}
+			w.backoffs[c.Name] = b
+		}
+		if b.next.IsZero() {
+			// First time this exit is seen: schedule the restart.
+			if b.delay == 0 {
+				b.delay = backoffInitial
+			} else {
+				b.delay = min(b.delay*2, backoffMax)
+			}
+			if attemptOf(cur) == 0 && b.delay == backoffInitial {
+				// The very first restart happens at once, as upstream.
+				b.next = time.Now()
+			} else {
+				b.next = cur.FinishedAt.Add(b.delay)
+			}
+		}
+		if time.Now().Before(b.next) {
+			w.waiting[c.Name] = [2]string{"CrashLoopBackOff", fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", b.delay, c.Name, pod.Name, pod.Namespace, pod.UID)}
+			go func(d time.Duration) {
+				time.Sleep(d)
+				w.kick()
+			}(time.Until(b.next) + 50*time.Millisecond)
+			return false, nil
+		}
+		b.next = time.Time{}
+		return true, w.startAttempt(ctx, pod, c, attemptOf(cur)+1, volumes, init)
+	}
+	return false, nil
+}
+
+// startAttempt ensures the image, creates attempt n and starts it, then runs postStart.
+func (w *podWorker) startAttempt(ctx context.Context, pod *corev1.Pod, c *corev1.Container, n int, volumes map[string]string, init bool) error {
+	if err := w.ensureImage(ctx, pod, c); err != nil {
+		return err
+	}
+	env, err := containerEnv(pod, c, envSources{ConfigMap: w.m.configMap, Secret: w.m.secret, Services: w.m.serviceEnvSources(pod)})
+	if err != nil {
+		w.waiting[c.Name] = [2]string{"CreateContainerConfigError", err.Error()}
+		w.event(pod, corev1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
+		return err
+	}
+	cfg, err := buildContainerConfig(pod, c, containerParams{Attempt: n, Init: init, Env: env, NetNSPath: w.netnsPath,
+		Volumes: volumes, PodDir: w.m.podDir(pod.UID), Domain: w.m.cfg.ClusterDomain})
+	if err != nil {
+		w.waiting[c.Name] = [2]string{"CreateContainerConfigError", err.Error()}
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.LogPath), 0o755); err != nil {
+		return err
+	}
+	if err := w.m.cfg.Runtime.CreateContainer(ctx, cfg); err != nil {
+		w.waiting[c.Name] = [2]string{"CreateContainerError", err.Error()}
+		w.event(pod, corev1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
+		return fmt.Errorf("create container %s: %w", c.Name, err)
+	}
+	w.event(pod, corev1.EventTypeNormal, "Created", "Created container: "+c.Name)
+	if err := w.m.cfg.Runtime.StartContainer(ctx, cfg.ID); err != nil {
+		w.waiting[c.Name] = [2]string{"RunContainerError", err.Error()}
+		w.event(pod, corev1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
+		return fmt.Errorf("start container %s: %w", c.Name, err)
+	}
+	w.event(pod, corev1.EventTypeNormal, "Started", "Started container "+c.Name)
+	w.m.invalidate()
+	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
+		t := handlerTarget{rt: w.m.cfg.Runtime, containerID: cfg.ID, podIP: first(w.podIPs), container: c}
+		if err := runLifecycleHandler(ctx, t, c.Lifecycle.PostStart, gracePeriod(pod)); err != nil {
+			w.event(pod, corev1.EventTypeWarning, "FailedPostStartHook", err.Error())
+			w.stopContainer(ctx, pod, c, cfg.ID, gracePeriod(pod))
+			return fmt.Errorf("postStart hook of %s: %w", c.Name, err)
+		}
+	}
+	return nil
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
+
+// ensureImage makes the container's image available per imagePullPolicy. Without a
+// registry (the edge), an image that is present is used when a pull fails.
+func (w *podWorker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Container) error {
+	key := "pull/" + c.Name
+	policy := c.ImagePullPolicy
+	if policy == "" {
+		policy = corev1.PullIfNotPresent
+		if !strings.Contains(lastSegment(c.Image), ":") || strings.HasSuffix(c.Image, ":latest") {
+			policy = corev1.PullAlways
+		}
+	}
+	present, err := w.m.cfg.Runtime.ImageStatus(ctx, c.Image)
+	if err != nil && !errors.Is(err, rt.ErrNotFound) {
+		return err
+	}
+	if policy == corev1.PullNever {
+		if present == nil {
+			msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)
+			w.waiting[c.Name] = [2]string{"ErrImageNeverPull", msg}
+			w.event(pod, corev1.EventTypeWarning, "ErrImageNeverPull", msg)
+			return errors.New(msg)
+		}
+		return nil
+	}
+	if present != nil && policy == corev1.PullIfNotPresent {
+		return nil
+	}
+	if b := w.backoffs[key]; b != nil && time.Now().Before(b.next) {
+		if present != nil {
+			return nil
+		}
+		w.waiting[c.Name] = [2]string{"ImagePullBackOff", fmt.Sprintf("Back-off pulling image %q", c.Image)}
+		return fmt.Errorf("image pull back-off")
+	}
+	w.event(pod, corev1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", c.Image))
+	if _, err := w.m.cfg.Runtime.PullImage(ctx, c.Image); err != nil {
+		b := w.backoffs[key]
+		if b == nil {
+			b = &backoff{delay: backoffInitial / 2}
+			w.backoffs[key] = b
+		}
+		b.delay = min(b.delay*2, backoffMax)
+		b.next = time.Now().Add(b.delay)
+		if present != nil {
+			w.event(pod, corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Pulling image %q failed (%v); using the image present on the host", c.Image, err))
+			return nil
+		}
+		msg := fmt.Sprintf("Failed to pull image %q: %v", c.Image, err)
+		w.waiting[c.Name] = [2]string{"ErrImagePull", msg}
+		w.event(pod, corev1.EventTypeWarning, "Failed", msg)
+		go func(d time.Duration) {
+			time.Sleep(d)
+			w.kick()
+		}(b.delay)
+		return errors.New(msg)
+	}
+	delete(w.backoffs, key)
+	w.event(pod, corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q", c.Image))
+	return nil
+}
+
+func lastSegment(image string) string {
+	if i := strings.LastIndex(image, "/"); i >= 0 {
+		return image[i+1:]
+	}
+	return image
+}
+
+func (w *podWorker) ensureProbes(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id string) {
+	if _, ok := w.probes[id]; ok {
+		return
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	h := &probeHandle{cancel: cancel, res: &probeResults{}}
+	w.probes[id] = h
+	t := handlerTarget{rt: w.m.cfg.Runtime, containerID: id, podIP: first(w.podIPs), container: c.DeepCopy()}
+	podRef := pod.DeepCopy()
+	go runProbes(pctx, t, h.res, func(kind probeKind, ok bool, msg string) {
+		if kind != "" && !ok {
+			w.event(podRef, corev1.EventTypeWarning, "Unhealthy", fmt.Sprintf("%s probe failed: %s", kind, msg))
+		}
+		w.kick()
+	})
+}
+
+// stopProbes stops the probes of one container ("" = all).
+func (w *podWorker) stopProbes(id string) {
+	for k, h := range w.probes {
+		if id == "" || k == id {
+			h.cancel()
+			delete(w.probes, k)
+		}
+	}
+}
+
+// stopContainer runs preStop, then stops the container within the grace period.
+func (w *podWorker) stopContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id string, grace time.Duration) {
+	deadline := time.Now().Add(grace)
+	if c != nil && c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
+		hctx, cancel := context.WithDeadline(ctx, deadline)
+		t := handlerTarget{rt: w.m.cfg.Runtime, containerID: id, podIP: first(w.podIPs), container: c}
+		if err := runLifecycleHandler(hctx, t, c.Lifecycle.PreStop, grace); err != nil {
+			w.event(pod, corev1.EventTypeWarning, "FailedPreStopHook", err.Error())
+		}
+		cancel()
+	}
+	remaining := time.Until(deadline)
+	if remaining < 0 {
+		remaining = 0
+	}
+	if err := w.m.cfg.Runtime.StopContainer(ctx, id, remaining); err != nil {
+		w.log.WithError(err).WithField("container", id).Warn("stop container")
+	}
+	w.stopProbes(id)
+	w.m.invalidate()
+}
+
+// cleanup stops every container of the pod (preStop first, within the grace period), then
+// removes the containers, the sandbox and the pod's directory. pod is nil when the object is
+// already gone.
+func (w *podWorker) cleanup(ctx context.Context, pod *corev1.Pod) error {
+	snap, err := w.m.containers(ctx, true)
+	if err != nil {
+		return err
+	}
+	cs := snap[string(w.uid)]
+	grace := time.Duration(0)
+	if pod != nil {
+		grace = gracePeriod(pod)
+	}
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		if c.State != rt.StateRunning {
+			continue
+		}
+		var spec *corev1.Container
+		if pod != nil {
+			for i := range pod.Spec.Containers {
+				if pod.Spec.Containers[i].Name == c.Labels[labelContainer] {
+					spec = &pod.Spec.Containers[i]
+				}
+			}
+			w.event(pod, corev1.EventTypeNormal, "Killing", "Stopping container "+c.Labels[labelContainer])
+		}
+		wg.Add(1)
+		go func(id string, spec *corev1.Container) {
+			defer wg.Done()
+			w.stopContainer(ctx, pod, spec, id, grace)
+		}(c.ID, spec)
+	}
+	wg.Wait()
+	w.stopProbes("")
+	for _, c := range cs {
+		if err := w.m.cfg.Runtime.RemoveContainer(ctx, c.ID); err != nil {
+			return fmt.Errorf("remove container %s: %w", c.ID, err)
+		}
+	}
+	if w.m.cfg.Network != nil {
+		if err := w.m.cfg.Network.TeardownPod(ctx, string(w.uid)); err != nil {
+			return fmt.Errorf("tear down the pod network: %w", err)
+		}
+	}
+	w.m.invalidate()
+	return cleanupPodDir(w.m.podDir(w.uid))
+}
+
+// pruneAttempts removes attempts older than the previous one of each container.
+func (w *podWorker) pruneAttempts(ctx context.Context, byName map[string][]rt.ContainerStatus) {
+	for _, list := range byName {
+		for _, old := range list[min(len(list), 2):] {
+			if old.State == rt.StateRunning {
+				continue
+			}
+			_ = w.m.cfg.Runtime.RemoveContainer(ctx, old.ID)
+			if p := old.Labels[labelPodUID]; p != "" {
+				_ = os.Remove(logPath(w.m.podDir(types.UID(p)), old.Labels[labelContainer], attemptOf(old)))
+			}
+		}
+	}
+}
+
+func (w *podWorker) writeStatus(ctx context.Context, pod *corev1.Pod, byName map[string][]rt.ContainerStatus, sandboxReady bool) error {
+	obs := podObs{sandboxReady: sandboxReady, podIPs: w.podIPs, hostIPs: w.m.hostIPs(),
+		containers: map[string]*containerObs{}, startTime: w.started,
+		failedReason: w.failed[0], failedMessage: w.failed[1]}
+	all := append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...)
+	for _, c := range all {
+		co := &containerObs{}
+		if list := byName[c.Name]; len(list) > 0 {
+			co.current = &list[0]
+			co.attempt = attemptOf(list[0])
+			if len(list) > 1 {
+				co.previous = &list[1]
+			}
+			if h := w.probes[list[0].ID]; h != nil {
+				co.ready, co.started, _ = h.res.get()
+			}
+		}
+		if wr, ok := w.waiting[c.Name]; ok {
+			co.waitingReason, co.waitingMessage = wr[0], wr[1]
+		}
+		obs.containers[c.Name] = co
+	}
+	st := computeStatus(pod, obs, time.Now())
+	if equality.Semantic.DeepEqual(st, pod.Status) {
+		return nil
+	}
+	if w.lastStatus != nil && pod.ResourceVersion == w.lastBase && equality.Semantic.DeepEqual(st, *w.lastStatus) {
+		// Already written; the informer has not caught up yet.
+		return nil
+	}
+	upd := pod.DeepCopy()
+	upd.Status = st
+	_, err := w.m.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+	if err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("update pod status: %w", err)
+	}
+	w.lastStatus, w.lastBase = &st, pod.ResourceVersion
+	return nil
+}
+
+func (w *podWorker) event(pod *corev1.Pod, typ, reason, msg string) {
+	if pod == nil {
+		return
+	}
+	w.m.recorder.Event(pod, typ, reason, msg)
+}

@@ -1,0 +1,250 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/containerd/platforms"
+	"github.com/distribution/reference"
+	"github.com/sirupsen/logrus"
+)
+
+// Image is an image in the host's containerd.
+type Image struct {
+	// Names are the references that point at the image (normalized, e.g. docker.io/library/nginx:latest).
+	Names []string
+	// ID is the digest of the image config (sha256:...), the same for every name.
+	ID string
+	// Size is the unpacked size of the image's layers for this platform, in bytes.
+	Size int64
+}
+
+// NormalizeRef turns a user's image reference into the full form containerd stores:
+// "nginx" -> "docker.io/library/nginx:latest". Digest references keep their digest.
+func NormalizeRef(ref string) (string, error) {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return "", fmt.Errorf("image reference %q: %w", ref, err)
+	}
+	return reference.TagNameOnly(named).String(), nil
+}
+
+// ImportImage imports an OCI-layout or docker-save tarball, unpacks it and returns its image names.
+func (r *Runtime) ImportImage(ctx context.Context, tarPath string) ([]string, error) {
+	ctx = r.ns(ctx)
+	f, err := os.Open(tarPath)
+	if err != nil {
+		return nil, fmt.Errorf("import image: %w", err)
+	}
+	defer f.Close()
+	imgs, err := r.client.Import(ctx, f,
+		containerd.WithImportPlatform(platforms.DefaultStrict()),
+		containerd.WithImageRefTranslator(ociRefName))
+	if err != nil {
+		return nil, fmt.Errorf("import image tarball %s (an OCI layout or `docker save` tar is expected): %w", tarPath, err)
+	}
+	if len(imgs) == 0 {
+		return nil, fmt.Errorf("import image tarball %s: it names no image (docker-save RepoTags or an OCI %q annotation with a full reference are needed)",
+			tarPath, "org.opencontainers.image.ref.name")
+	}
+	var names []string
+	for _, im := range imgs {
+		img := containerd.NewImageWithPlatform(r.client, im, platforms.DefaultStrict())
+		if err := img.Unpack(ctx, ""); err != nil {
+			return nil, fmt.Errorf("unpack image %s from %s: %w", im.Name, tarPath, err)
+		}
+		names = append(names, im.Name)
+	}
+	return names, nil
+}
+
+// ociRefName turns an OCI layout's ref.name annotation into an image name when it is a full
+// reference; a bare tag ("latest") names nothing.
+func ociRefName(s string) string {
+	if !strings.ContainsAny(s, "/:@") {
+		return ""
+	}
+	n, err := NormalizeRef(s)
+	if err != nil {
+		return ""
+	}
+	return n
+}
+
+// WatchImageDir imports every *.tar in dir now and whenever one appears or changes (polled every
+// 2 s) until ctx ends. Failures are logged, and retried when the file changes.
+func (r *Runtime) WatchImageDir(ctx context.Context, dir string) {
+	seen := map[string]time.Time{}
+	log := r.log.WithField("dir", dir)
+	for {
+		entries, err := os.ReadDir(dir)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.WithError(err).Warn("read image directory")
+		}
+		for _, e := range entries {
+			if e.IsDir() || !strings.HasSuffix(e.Name(), ".tar") {
+				continue
+			}
+			p := filepath.Join(dir, e.Name())
+			info, err := e.Info()
+			if err != nil {
+				continue
+			}
+			// Skip files still being written (changed in the last second).
+			if time.Since(info.ModTime()) < time.Second || seen[p].Equal(info.ModTime()) {
+				continue
+			}
+			seen[p] = info.ModTime()
+			names, err := r.ImportImage(ctx, p)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				log.WithError(err).WithField("file", e.Name()).Error("import image tarball")
+				continue
+			}
+			log.WithFields(logrus.Fields{"file": e.Name(), "images": names}).Info("image imported")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// ImageStatus returns the image that ref (a reference or an image ID sha256:...) names, or ErrNotFound.
+func (r *Runtime) ImageStatus(ctx context.Context, ref string) (*Image, error) {
+	ctx = r.ns(ctx)
+	im, err := r.resolveImage(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	id, _, err := r.imageID(ctx, im)
+	if err != nil {
+		return nil, err
+	}
+	all, err := r.ListImages(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range all {
+		if i.ID == id {
+			return &i, nil
+		}
+	}
+	return nil, fmt.Errorf("image %s: %w", ref, ErrNotFound)
+}
+
+// resolveImage finds an image by reference (normalized) or by ID (its config digest).
+func (r *Runtime) resolveImage(ctx context.Context, ref string) (images.Image, error) {
+	if strings.HasPrefix(ref, "sha256:") {
+		ims, err := r.client.ImageService().List(ctx)
+		if err != nil {
+			return images.Image{}, fmt.Errorf("list images: %w", err)
+		}
+		for _, im := range ims {
+			if id, _, err := r.imageID(ctx, im); err == nil && id == ref {
+				return im, nil
+			}
+		}
+		return images.Image{}, fmt.Errorf("image %s: %w", ref, ErrNotFound)
+	}
+	name, err := NormalizeRef(ref)
+	if err != nil {
+		return images.Image{}, err
+	}
+	im, err := r.client.ImageService().Get(ctx, name)
+	if err != nil {
+		return images.Image{}, notFound("image "+name, err)
+	}
+	return im, nil
+}
+
+// imageID returns the config digest and the unpacked size of an image on our platform.
+func (r *Runtime) imageID(ctx context.Context, im images.Image) (string, int64, error) {
+	img := containerd.NewImageWithPlatform(r.client, im, platforms.DefaultStrict())
+	cfg, err := img.Config(ctx)
+	if err != nil {
+		return "", 0, fmt.Errorf("image %s config: %w", im.Name, err)
+	}
+	size, err := img.Size(ctx)
+	if err != nil {
+		size = 0
+	}
+	return cfg.Digest.String(), size, nil
+}
+
+// ListImages returns every image, names with the same config grouped into one Image.
+func (r *Runtime) ListImages(ctx context.Context) ([]Image, error) {
+	ctx = r.ns(ctx)
+	ims, err := r.client.ImageService().List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list images: %w", err)
+	}
+	byID := map[string]*Image{}
+	var order []string
+	for _, im := range ims {
+		id, size, err := r.imageID(ctx, im)
+		if err != nil {
+			// An image for another platform or with missing content: not usable here.
+			continue
+		}
+		if strings.HasPrefix(im.Name, "sha256:") {
+			continue
+		}
+		i, ok := byID[id]
+		if !ok {
+			i = &Image{ID: id, Size: size}
+			byID[id] = i
+			order = append(order, id)
+		}
+		i.Names = append(i.Names, im.Name)
+	}
+	out := make([]Image, 0, len(order))
+	for _, id := range order {
+		sort.Strings(byID[id].Names)
+		out = append(out, *byID[id])
+	}
+	return out, nil
+}
+
+// PullImage pulls ref from its registry and unpacks it. Registries on loopback are spoken to
+// over plain HTTP (a local test or edge registry); all others over HTTPS.
+func (r *Runtime) PullImage(ctx context.Context, ref string) (*Image, error) {
+	ctx = r.ns(ctx)
+	name, err := NormalizeRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	resolver := docker.NewResolver(docker.ResolverOptions{
+		Hosts: docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(isLoopbackHost)),
+	})
+	if _, err := r.client.Pull(ctx, name, containerd.WithPullUnpack, containerd.WithResolver(resolver),
+		containerd.WithPlatformMatcher(platforms.DefaultStrict())); err != nil {
+		return nil, fmt.Errorf("pull image %s: %w", name, err)
+	}
+	return r.ImageStatus(ctx, name)
+}
+
+func isLoopbackHost(host string) (bool, error) {
+	h, _, err := net.SplitHostPort(host)
+	if err != nil {
+		h = host
+	}
+	if h == "localhost" {
+		return true, nil
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback(), nil
+}

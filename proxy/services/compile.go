@@ -1,0 +1,289 @@
+// Package services turns Services, EndpointSlices and this host's Node into Service virtual IPs:
+// a pure compilation into a backend-neutral DesiredState, then a dataplane backend (nftables, or
+// the IPVS model) that programs it, kept in sync by Run.
+package services
+
+import (
+	"net/netip"
+	"sort"
+	"strconv"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// AnnotationServedByHost marks a Service whose ClusterIP the host itself listens on (cluster
+// DNS): the proxy must not DNAT it away from the local listener.
+const AnnotationServedByHost = "flotilla.dev/served-by-host"
+
+// AnnotationIPVSScheduler picks the IPVS scheduler of a Service (rr, lc, dh, sh, sed, nq).
+const AnnotationIPVSScheduler = "flotilla.dev/ipvs-scheduler"
+
+// DefaultAffinityTimeout is spec.sessionAffinityConfig.clientIP.timeoutSeconds when unset (3 h).
+const DefaultAffinityTimeout = 10800 * time.Second
+
+// DesiredState is what this host's dataplane must implement, independent of the backend.
+type DesiredState struct {
+	NodeName string
+	// NodeIPs are this host's InternalIP/ExternalIP addresses (IPv4), where NodePorts answer.
+	NodeIPs []netip.Addr
+	// Services holds one entry per (Service, port), sorted by Key.
+	Services []ServicePort
+}
+
+// ServicePort is one port of one Service with its frontends and usable endpoints.
+type ServicePort struct {
+	Key       string // namespace/name/port-name-or-number/protocol, unique and stable
+	Namespace string
+	Name      string
+	PortName  string
+	Protocol  v1.Protocol
+	ClusterIP netip.Addr
+	Port      uint16
+	NodePort  uint16 // 0: no NodePort
+	// ExternalIPs are spec.externalIPs and status.loadBalancer.ingress[].ip: traffic to them
+	// follows externalTrafficPolicy, like NodePort traffic.
+	ExternalIPs []netip.Addr
+	// Affinity is the ClientIP session-affinity timeout; 0 means no affinity.
+	Affinity      time.Duration
+	InternalLocal bool // internalTrafficPolicy: Local
+	ExternalLocal bool // externalTrafficPolicy: Local
+	// ClusterEndpoints are the endpoints for cluster-wide traffic: the ready ones, or, when none
+	// is ready, the serving-and-terminating ones (so rolling updates drain instead of drop).
+	ClusterEndpoints []Endpoint
+	// LocalEndpoints are the same selection among endpoints on this node only.
+	LocalEndpoints []Endpoint
+	Scheduler      string // IPVS scheduler from the annotation, "" for the default
+}
+
+// HasExternal reports whether the port has frontends governed by externalTrafficPolicy.
+func (sp ServicePort) HasExternal() bool { return sp.NodePort != 0 || len(sp.ExternalIPs) > 0 }
+
+// Endpoint is one backend address of a ServicePort.
+type Endpoint struct {
+	IP          netip.Addr
+	Port        uint16
+	NodeName    string
+	Terminating bool
+}
+
+// String is ip:port.
+func (e Endpoint) String() string { return netip.AddrPortFrom(e.IP, e.Port).String() }
+
+// Compile computes the desired dataplane for the host described by node (nil: no NodePort
+// addresses and no local endpoints). It is pure: same inputs, same output.
+func Compile(services []*v1.Service, slices []*discoveryv1.EndpointSlice, node *v1.Node) DesiredState {
+	ds := DesiredState{}
+	if node != nil {
+		ds.NodeName = node.Name
+		ds.NodeIPs = nodeIPs(node)
+	}
+	bySvc := map[string][]*discoveryv1.EndpointSlice{}
+	for _, s := range slices {
+		if s == nil || s.AddressType != discoveryv1.AddressTypeIPv4 {
+			continue
+		}
+		name := s.Labels[discoveryv1.LabelServiceName]
+		if name == "" {
+			continue
+		}
+		k := s.Namespace + "/" + name
+		bySvc[k] = append(bySvc[k], s)
+	}
+	for _, svc := range services {
+		if !proxied(svc) {
+			continue
+		}
+		cip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+		if err != nil || !cip.Is4() {
+			continue // IPv4 only for now
+		}
+		ext := externalIPs(svc)
+		var aff time.Duration
+		if svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP {
+			aff = DefaultAffinityTimeout
+			if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil && *c.ClientIP.TimeoutSeconds > 0 {
+				aff = time.Duration(*c.ClientIP.TimeoutSeconds) * time.Second
+			}
+		}
+		itpLocal := svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal
+		etpLocal := svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
+		for _, p := range svc.Spec.Ports {
+			proto := p.Protocol
+			if proto == "" {
+				proto = v1.ProtocolTCP
+			}
+			if p.Port <= 0 || p.Port > 65535 {
+				continue
+			}
+			sp := ServicePort{
+				Namespace: svc.Namespace, Name: svc.Name, PortName: p.Name, Protocol: proto,
+				ClusterIP: cip, Port: uint16(p.Port), ExternalIPs: ext, Affinity: aff,
+				InternalLocal: itpLocal, ExternalLocal: etpLocal,
+				Scheduler: svc.Annotations[AnnotationIPVSScheduler],
+			}
+			portID := p.Name
+			if portID == "" {
+				portID = strconv.Itoa(int(p.Port))
+			}
+			sp.Key = svc.Namespace + "/" + svc.Name + "/" + portID + "/" + string(proto)
+			if (svc.Spec.Type == v1.ServiceTypeNodePort || svc.Spec.Type == v1.ServiceTypeLoadBalancer) && p.NodePort > 0 && p.NodePort <= 65535 {
+				sp.NodePort = uint16(p.NodePort)
+			}
+			all := endpointsFor(bySvc[svc.Namespace+"/"+svc.Name], p.Name, proto)
+			sp.ClusterEndpoints = usable(all, "")
+			if ds.NodeName != "" {
+				sp.LocalEndpoints = usable(all, ds.NodeName)
+			}
+			ds.Services = append(ds.Services, sp)
+		}
+	}
+	sort.Slice(ds.Services, func(i, j int) bool { return ds.Services[i].Key < ds.Services[j].Key })
+	return ds
+}
+
+// proxied is false for the Services the proxy must leave alone.
+func proxied(svc *v1.Service) bool {
+	if svc == nil || svc.Spec.Type == v1.ServiceTypeExternalName {
+		return false
+	}
+	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == v1.ClusterIPNone {
+		return false
+	}
+	return svc.Annotations[AnnotationServedByHost] != "true"
+}
+
+func nodeIPs(node *v1.Node) []netip.Addr {
+	seen := map[netip.Addr]bool{}
+	var out []netip.Addr
+	for _, a := range node.Status.Addresses {
+		if a.Type != v1.NodeInternalIP && a.Type != v1.NodeExternalIP {
+			continue
+		}
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil || !ip.Is4() || seen[ip] {
+			continue
+		}
+		seen[ip] = true
+		out = append(out, ip)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
+	return out
+}
+
+func externalIPs(svc *v1.Service) []netip.Addr {
+	seen := map[netip.Addr]bool{}
+	var out []netip.Addr
+	add := func(s string) {
+		ip, err := netip.ParseAddr(s)
+		if err != nil || !ip.Is4() || seen[ip] {
+			return
+		}
+		seen[ip] = true
+		out = append(out, ip)
+	}
+	for _, s := range svc.Spec.ExternalIPs {
+		add(s)
+	}
+	if svc.Spec.Type == v1.ServiceTypeLoadBalancer {
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			add(in.IP)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
+	return out
+}
+
+// candidate is an endpoint with its conditions, before the ready/terminating selection.
+type candidate struct {
+	Endpoint
+	ready, serving bool
+}
+
+// endpointsFor collects the endpoints of the slices for one Service port, deduplicated by
+// ip:port (the same endpoint may sit in two slices while the controller moves it); a
+// duplicate keeps the most usable conditions seen.
+func endpointsFor(slices []*discoveryv1.EndpointSlice, portName string, proto v1.Protocol) []candidate {
+	idx := map[netip.AddrPort]int{}
+	var out []candidate
+	for _, s := range slices {
+		var port int32 = -1
+		for _, sp := range s.Ports {
+			n := ""
+			if sp.Name != nil {
+				n = *sp.Name
+			}
+			pr := v1.ProtocolTCP
+			if sp.Protocol != nil {
+				pr = *sp.Protocol
+			}
+			if n == portName && pr == proto && sp.Port != nil {
+				port = *sp.Port
+				break
+			}
+		}
+		if port <= 0 || port > 65535 {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			if len(e.Addresses) == 0 {
+				continue
+			}
+			ip, err := netip.ParseAddr(e.Addresses[0])
+			if err != nil || !ip.Is4() {
+				continue
+			}
+			// Unknown conditions count as ready/serving, as the EndpointSlice API says.
+			ready := e.Conditions.Ready == nil || *e.Conditions.Ready
+			serving := ready
+			if e.Conditions.Serving != nil {
+				serving = *e.Conditions.Serving
+			}
+			term := e.Conditions.Terminating != nil && *e.Conditions.Terminating
+			node := ""
+			if e.NodeName != nil {
+				node = *e.NodeName
+			}
+			c := candidate{Endpoint: Endpoint{IP: ip, Port: uint16(port), NodeName: node, Terminating: term}, ready: ready, serving: serving}
+			key := netip.AddrPortFrom(ip, uint16(port))
+			if i, ok := idx[key]; ok {
+				old := out[i]
+				if !old.ready && c.ready || !old.serving && c.serving {
+					out[i] = c
+				}
+				continue
+			}
+			idx[key] = len(out)
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].IP != out[j].IP {
+			return out[i].IP.Less(out[j].IP)
+		}
+		return out[i].Port < out[j].Port
+	})
+	return out
+}
+
+// usable picks the ready endpoints (of node, when node != ""), falling back to the serving and
+// terminating ones when none is ready.
+func usable(all []candidate, node string) []Endpoint {
+	var ready, draining []Endpoint
+	for _, c := range all {
+		if node != "" && c.NodeName != node {
+			continue
+		}
+		switch {
+		case c.ready:
+			ready = append(ready, c.Endpoint)
+		case c.serving && c.Terminating:
+			draining = append(draining, c.Endpoint)
+		}
+	}
+	if len(ready) > 0 {
+		return ready
+	}
+	return draining
+}

@@ -1,0 +1,135 @@
+package services
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+func vsString(vs VirtualServer) string {
+	var rs []string
+	for _, r := range vs.RealServers {
+		rs = append(rs, fmt.Sprintf("%s:%d/%d", r.Address, r.Port, r.Weight))
+	}
+	s := fmt.Sprintf("%s %s:%d %s", vs.Protocol, vs.Address, vs.Port, vs.Scheduler)
+	if vs.Persistence != 0 {
+		s += " persistent=" + vs.Persistence.String()
+	}
+	if vs.Masquerade {
+		s += " masq"
+	}
+	return s + " -> [" + strings.Join(rs, " ") + "]"
+}
+
+func TestCompileIPVS(t *testing.T) {
+	node := mkNode("n1", "10.213.0.1", "192.0.2.5")
+	local, remote := readyEP("10.244.1.2", "n1"), readyEP("10.244.2.2", "n2")
+	cases := []struct {
+		name   string
+		svc    *v1.Service
+		eps    []ep
+		want   []string
+		reject []string
+	}{
+		{
+			name: "ClusterIP, default scheduler rr",
+			svc:  mkSvc("web", "10.96.0.50", 80),
+			eps:  []ep{local, remote},
+			want: []string{"TCP 10.96.0.50:80 rr -> [10.244.1.2:8080/1 10.244.2.2:8080/1]"},
+		},
+		{
+			name: "scheduler from the annotation; unknown ones fall back to rr",
+			svc: mkSvc("web", "10.96.0.50", 80, func(s *v1.Service) {
+				s.Annotations = map[string]string{AnnotationIPVSScheduler: "sh"}
+			}),
+			eps:  []ep{local},
+			want: []string{"TCP 10.96.0.50:80 sh -> [10.244.1.2:8080/1]"},
+		},
+		{
+			name: "NodePort on every host address and externalIP, masqueraded under policy Cluster; affinity is persistence",
+			svc:  mkSvc("web", "10.96.0.50", 80, nodePort(30080), externalIP("192.0.2.10"), affinity(60)),
+			eps:  []ep{remote},
+			want: []string{
+				"TCP 10.96.0.50:80 rr persistent=1m0s -> [10.244.2.2:8080/1]",
+				"TCP 192.0.2.10:80 rr persistent=1m0s masq -> [10.244.2.2:8080/1]",
+				"TCP 10.213.0.1:30080 rr persistent=1m0s masq -> [10.244.2.2:8080/1]",
+				"TCP 192.0.2.5:30080 rr persistent=1m0s masq -> [10.244.2.2:8080/1]",
+			},
+		},
+		{
+			name: "externalTrafficPolicy Local: local real servers, no masquerade",
+			svc:  mkSvc("web", "10.96.0.50", 80, nodePort(30080), etpLocal),
+			eps:  []ep{local, remote},
+			want: []string{
+				"TCP 10.96.0.50:80 rr -> [10.244.1.2:8080/1 10.244.2.2:8080/1]",
+				"TCP 10.213.0.1:30080 rr -> [10.244.1.2:8080/1]",
+				"TCP 192.0.2.5:30080 rr -> [10.244.1.2:8080/1]",
+			},
+		},
+		{
+			name: "internalTrafficPolicy Local without local endpoints: ClusterIP server without real servers",
+			svc:  mkSvc("web", "10.96.0.50", 80, itpLocal),
+			eps:  []ep{remote},
+			want: []string{"TCP 10.96.0.50:80 rr -> []"},
+		},
+		{
+			name:   "no endpoints: every frontend is rejected",
+			svc:    mkSvc("web", "10.96.0.50", 80, nodePort(30080)),
+			reject: []string{"TCP 10.96.0.50:80 rr -> []", "TCP 10.213.0.1:30080 rr masq -> []", "TCP 192.0.2.5:30080 rr masq -> []"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st := CompileIPVS(Compile([]*v1.Service{c.svc}, []*discoveryv1.EndpointSlice{mkSlice("web-1", "web", 8080, c.eps...)}, node))
+			var got, rej []string
+			for _, vs := range st.VirtualServers {
+				got = append(got, vsString(vs))
+			}
+			for _, vs := range st.Reject {
+				rej = append(rej, vsString(vs))
+			}
+			if !reflect.DeepEqual(got, c.want) || !reflect.DeepEqual(rej, c.reject) {
+				t.Fatalf("got\n  %s\nreject\n  %s\nwant\n  %s\nreject\n  %s", strings.Join(got, "\n  "), strings.Join(rej, "\n  "), strings.Join(c.want, "\n  "), strings.Join(c.reject, "\n  "))
+			}
+			if !st.BoundAddresses[0].IsValid() || st.BoundAddresses[0] != netip.MustParseAddr("10.96.0.50") {
+				t.Fatalf("bound addresses %v", st.BoundAddresses)
+			}
+		})
+	}
+}
+
+func TestPlanRealServers(t *testing.T) {
+	rs := func(ip string, w int) RealServer {
+		return RealServer{Address: netip.MustParseAddr(ip), Port: 8080, Weight: w}
+	}
+	have := []KernelRealServer{
+		{RealServer: rs("10.244.1.2", 1)},                 // kept
+		{RealServer: rs("10.244.1.3", 1), ActiveConns: 3}, // gone, busy: drained with weight 0
+		{RealServer: rs("10.244.1.4", 0), ActiveConns: 1}, // already draining: left alone
+		{RealServer: rs("10.244.1.5", 0)},                 // drained: deleted
+		{RealServer: rs("10.244.1.6", 1)},                 // gone, idle: deleted
+	}
+	want := []RealServer{rs("10.244.1.2", 1), rs("10.244.1.7", 1)}
+	got := PlanRealServers(have, want)
+	exp := RealServerOps{
+		Add:    []RealServer{rs("10.244.1.7", 1)},
+		Update: []RealServer{rs("10.244.1.3", 0)},
+		Delete: []RealServer{rs("10.244.1.5", 0), rs("10.244.1.6", 1)},
+	}
+	if !reflect.DeepEqual(got, exp) {
+		t.Fatalf("got %+v\nwant %+v", got, exp)
+	}
+}
+
+func TestIPVSBackendRefuses(t *testing.T) {
+	var b IPVS
+	if err := b.Apply(DesiredState{}); !errors.Is(err, ErrIPVSUnavailable) {
+		t.Fatalf("Apply: %v, want ErrIPVSUnavailable", err)
+	}
+}

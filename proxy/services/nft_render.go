@@ -1,0 +1,369 @@
+package services
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// Names of the static objects of our nftables table. Dynamic chains and sets are named
+// "<kind>-<hash>-<readable>", the hash keeping them unique and the rest readable in `nft list`.
+const (
+	chainServices     = "services"
+	chainMarkMasq     = "mark-for-masquerade"
+	chainMasquerading = "masquerading"
+	chainEPCheck      = "endpoints-check"
+	chainReject       = "reject-chain"
+	chainClusterCheck = "cluster-ips-check"
+
+	mapServiceIPs     = "service-ips"
+	mapNodePorts      = "service-nodeports"
+	setNoEPServices   = "no-endpoint-services"
+	setNoEPNodePorts  = "no-endpoint-nodeports"
+	setNodePortIPs    = "nodeport-ips"
+	setClusterIPs     = "cluster-ips"
+	setHairpin        = "hairpin"
+	masqMark          = 0x4000
+	maxNftNameLen     = 200 // the kernel allows 255; leave room
+	protoTCP          = 6
+	protoUDP          = 17
+	protoSCTP         = 132
+	ruleDNATSingleFmt = "meta l4proto %d dnat to %s"
+)
+
+// ruleKind is one shape of rule in a dynamic chain.
+type ruleKind int
+
+const (
+	rMasqUnlessFrom ruleKind = iota // ip saddr != cidr jump mark-for-masquerade
+	rJump                           // jump chain
+	rGoto                           // goto chain
+	rGotoIfFrom                     // ip saddr cidr goto chain
+	rFibLocalJump                   // fib saddr type local jump chain
+	rFibLocalGoto                   // fib saddr type local goto chain
+	rAffinityGoto                   // ip saddr @set goto chain
+	rGotoOneIn                      // numgen random mod n == 0 goto chain
+	rUpdateSet                      // update @set { ip saddr }
+	rDNAT                           // meta l4proto P dnat to ep
+	rDNATOneIn                      // meta l4proto P numgen random mod n == 0 dnat to ep
+	rDrop                           // drop
+)
+
+// rule is one rule of a dynamic chain, in a comparable, printable form; the nftables backend
+// turns it into expressions.
+//
+// A random pick among N endpoints is a cascade of N rules, rule i taking its endpoint with
+// probability 1/(N-i) (uniform overall), as iptables' statistic match does. It needs no set:
+// per-Service anonymous maps cost the kernel a walk of the whole transaction per map, and one
+// map shared by every Service a check of each element against every rule using it, both
+// quadratic at 10,000 Services. Only the first packet of a connection runs these chains.
+type rule struct {
+	kind  ruleKind
+	chain string
+	cidr  netip.Prefix
+	set   string
+	proto uint8
+	ep    Endpoint // rDNAT, rDNATOneIn
+	n     int      // rGotoOneIn, rDNATOneIn: modulus
+}
+
+// String renders the rule in nft syntax; it is also the identity used to diff chains.
+func (r rule) String() string {
+	switch r.kind {
+	case rMasqUnlessFrom:
+		return fmt.Sprintf("ip saddr != %s jump %s", r.cidr, chainMarkMasq)
+	case rJump:
+		return "jump " + r.chain
+	case rGoto:
+		return "goto " + r.chain
+	case rGotoIfFrom:
+		return fmt.Sprintf("ip saddr %s goto %s", r.cidr, r.chain)
+	case rFibLocalJump:
+		return "fib saddr type local jump " + r.chain
+	case rFibLocalGoto:
+		return "fib saddr type local goto " + r.chain
+	case rAffinityGoto:
+		return fmt.Sprintf("ip saddr @%s goto %s", r.set, r.chain)
+	case rGotoOneIn:
+		return fmt.Sprintf("numgen random mod %d == 0 goto %s", r.n, r.chain)
+	case rUpdateSet:
+		return fmt.Sprintf("update @%s { ip saddr }", r.set)
+	case rDNAT:
+		return fmt.Sprintf(ruleDNATSingleFmt, r.proto, r.ep)
+	case rDNATOneIn:
+		return fmt.Sprintf("meta l4proto %d numgen random mod %d == 0 dnat to %s", r.proto, r.n, r.ep)
+	case rDrop:
+		return "drop"
+	}
+	return fmt.Sprintf("unknown rule kind %d", r.kind)
+}
+
+// vipKey is a (destination address, protocol, port) frontend.
+type vipKey struct {
+	ip    netip.Addr
+	proto uint8
+	port  uint16
+}
+
+// portKey is a (protocol, port) frontend on every NodePort address.
+type portKey struct {
+	proto uint8
+	port  uint16
+}
+
+// ruleset is the dynamic part of our table: chains, affinity sets and the elements of the
+// static maps and sets. Two rulesets diff into the smallest batch that turns one into the other.
+type ruleset struct {
+	chains        map[string][]rule
+	affinity      map[string]time.Duration
+	serviceIPs    map[vipKey]string // -> chain (goto)
+	nodePorts     map[portKey]string
+	noEPServices  map[vipKey]bool
+	noEPNodePorts map[portKey]bool
+	nodeIPs       map[netip.Addr]bool
+	clusterIPs    map[netip.Addr]bool
+	hairpin       map[netip.Addr]bool
+}
+
+func newRuleset() *ruleset {
+	return &ruleset{
+		chains: map[string][]rule{}, affinity: map[string]time.Duration{},
+		serviceIPs: map[vipKey]string{}, nodePorts: map[portKey]string{},
+		noEPServices: map[vipKey]bool{}, noEPNodePorts: map[portKey]bool{},
+		nodeIPs: map[netip.Addr]bool{}, clusterIPs: map[netip.Addr]bool{}, hairpin: map[netip.Addr]bool{},
+	}
+}
+
+func protoNum(p v1.Protocol) uint8 {
+	switch p {
+	case v1.ProtocolUDP:
+		return protoUDP
+	case v1.ProtocolSCTP:
+		return protoSCTP
+	}
+	return protoTCP
+}
+
+var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+func shortHash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return strings.ToLower(b32.EncodeToString(h[:])[:10])
+}
+
+func nftName(kind, hash, readable string) string {
+	n := kind + "-" + hash + "-" + readable
+	if len(n) > maxNftNameLen {
+		n = n[:maxNftNameLen]
+	}
+	return n
+}
+
+// render turns a DesiredState into the nftables ruleset; podCIDR decides which sources are
+// "inside the cluster" (not masqueraded when they reach a ClusterIP).
+//
+// Per Service port with endpoints:
+//   - svc-<h>: the ClusterIP target. Masquerade sources outside the pod CIDR, then pick an
+//     endpoint (internalTrafficPolicy Local: among local ones only, else drop).
+//   - ext-<h>: the NodePort/externalIP/LB target. Cluster policy: always masquerade, pick among
+//     all endpoints. Local policy: pods and the host itself short-circuit to clu-<h> (all
+//     endpoints); everyone else keeps its source address and gets a local endpoint, or a drop.
+//   - without session affinity the pick is a cascade of `numgen ... dnat` rules, no chain per
+//     endpoint (this is what keeps 10,000 Services cheap); with affinity each endpoint gets a
+//     chain ep-<h>-<ip:port> and a dynamic set aff-<h>-... that remembers client addresses,
+//     and the cascade jumps to those chains.
+//
+// A Service port without endpoints gets no chain: its frontends go into the no-endpoint sets,
+// whose filter rules reject new connections (TCP reset / ICMP port unreachable).
+func render(ds DesiredState, podCIDR netip.Prefix) *ruleset {
+	rs := newRuleset()
+	for _, ip := range ds.NodeIPs {
+		rs.nodeIPs[ip] = true
+	}
+	for _, sp := range ds.Services {
+		proto := protoNum(sp.Protocol)
+		rs.clusterIPs[sp.ClusterIP] = true
+		cvip := vipKey{sp.ClusterIP, proto, sp.Port}
+		if len(sp.ClusterEndpoints) == 0 {
+			rs.noEPServices[cvip] = true
+			for _, ip := range sp.ExternalIPs {
+				rs.noEPServices[vipKey{ip, proto, sp.Port}] = true
+			}
+			if sp.NodePort != 0 {
+				rs.noEPNodePorts[portKey{proto, sp.NodePort}] = true
+			}
+			continue
+		}
+		h := shortHash(sp.Key)
+		readable := sp.Namespace + "/" + sp.Name + "/" + strings.ToLower(string(sp.Protocol)) + "/" + portLabel(sp)
+		pick := func(eps []Endpoint) []rule { return pickRules(rs, sp, h, proto, eps) }
+
+		svc := nftName("svc", h, readable)
+		rules := []rule{{kind: rMasqUnlessFrom, cidr: podCIDR}}
+		switch {
+		case !sp.InternalLocal:
+			rules = append(rules, pick(sp.ClusterEndpoints)...)
+		case len(sp.LocalEndpoints) > 0:
+			rules = append(rules, pick(sp.LocalEndpoints)...)
+		default:
+			rules = append(rules, rule{kind: rDrop})
+		}
+		rs.chains[svc] = rules
+		rs.serviceIPs[cvip] = svc
+
+		if !sp.HasExternal() {
+			continue
+		}
+		ext := nftName("ext", h, readable)
+		if !sp.ExternalLocal {
+			rs.chains[ext] = append([]rule{{kind: rJump, chain: chainMarkMasq}}, pick(sp.ClusterEndpoints)...)
+		} else {
+			clu := nftName("clu", h, readable)
+			rs.chains[clu] = pick(sp.ClusterEndpoints)
+			rules := []rule{
+				{kind: rGotoIfFrom, cidr: podCIDR, chain: clu},
+				{kind: rFibLocalJump, chain: chainMarkMasq},
+				{kind: rFibLocalGoto, chain: clu},
+			}
+			if len(sp.LocalEndpoints) > 0 {
+				rules = append(rules, pick(sp.LocalEndpoints)...)
+			} else {
+				rules = append(rules, rule{kind: rDrop})
+			}
+			rs.chains[ext] = rules
+		}
+		for _, ip := range sp.ExternalIPs {
+			rs.serviceIPs[vipKey{ip, proto, sp.Port}] = ext
+		}
+		if sp.NodePort != 0 {
+			rs.nodePorts[portKey{proto, sp.NodePort}] = ext
+		}
+	}
+	return rs
+}
+
+func portLabel(sp ServicePort) string {
+	if sp.PortName != "" {
+		return sp.PortName
+	}
+	return fmt.Sprint(sp.Port)
+}
+
+// pickRules are the rules that choose one of eps and DNAT to it; they also register the
+// endpoint chains, affinity sets and hairpin addresses they need.
+func pickRules(rs *ruleset, sp ServicePort, h string, proto uint8, eps []Endpoint) []rule {
+	for _, e := range eps {
+		rs.hairpin[e.IP] = true
+	}
+	var rules []rule
+	if sp.Affinity == 0 {
+		for i, e := range eps {
+			if n := len(eps) - i; n > 1 {
+				rules = append(rules, rule{kind: rDNATOneIn, proto: proto, n: n, ep: e})
+			} else {
+				rules = append(rules, rule{kind: rDNAT, proto: proto, ep: e})
+			}
+		}
+		return rules
+	}
+	secs := int64(sp.Affinity / time.Second)
+	var chains []string
+	for _, e := range eps {
+		// The timeout is part of the set's name: a new timeout is a new set, so rules that
+		// reference the set are rewritten with it and the old set can be deleted.
+		set := nftName("aff", h, fmt.Sprintf("%s-%ds", e, secs))
+		ch := nftName("ep", h, e.String())
+		chains = append(chains, ch)
+		rs.affinity[set] = sp.Affinity
+		rs.chains[ch] = []rule{{kind: rUpdateSet, set: set}, {kind: rDNAT, proto: proto, ep: e}}
+		rules = append(rules, rule{kind: rAffinityGoto, set: set, chain: ch})
+	}
+	for i, ch := range chains {
+		if n := len(chains) - i; n > 1 {
+			rules = append(rules, rule{kind: rGotoOneIn, n: n, chain: ch})
+		} else {
+			rules = append(rules, rule{kind: rGoto, chain: ch})
+		}
+	}
+	return rules
+}
+
+// rulesetDiff is what changes between two rulesets.
+type rulesetDiff struct {
+	addChains, rewriteChains, delChains []string // rewriteChains includes the added ones
+	addSets, delSets                    []string
+}
+
+// diffRulesets compares the chain and affinity-set parts; element changes are computed per
+// map by diffMap.
+func diffRulesets(old, cur *ruleset) rulesetDiff {
+	var d rulesetDiff
+	for name, rules := range cur.chains {
+		prev, ok := old.chains[name]
+		if !ok {
+			d.addChains = append(d.addChains, name)
+			d.rewriteChains = append(d.rewriteChains, name)
+			continue
+		}
+		if !sameRules(prev, rules) {
+			d.rewriteChains = append(d.rewriteChains, name)
+		}
+	}
+	for name := range old.chains {
+		if _, ok := cur.chains[name]; !ok {
+			d.delChains = append(d.delChains, name)
+		}
+	}
+	for name, t := range cur.affinity {
+		if ot, ok := old.affinity[name]; !ok || ot != t {
+			d.addSets = append(d.addSets, name)
+		}
+	}
+	for name := range old.affinity {
+		if _, ok := cur.affinity[name]; !ok {
+			d.delSets = append(d.delSets, name)
+		}
+	}
+	for _, l := range [][]string{d.addChains, d.rewriteChains, d.delChains, d.addSets, d.delSets} {
+		sort.Strings(l)
+	}
+	return d
+}
+
+func sameRules(a, b []rule) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// diffMap returns the keys to delete and the entries to add so that old becomes cur; a key
+// whose value changed is in both.
+func diffMap[K comparable, V comparable](old, cur map[K]V) (del []K, add map[K]V) {
+	add = map[K]V{}
+	for k, v := range cur {
+		if ov, ok := old[k]; !ok || ov != v {
+			add[k] = v
+			if ok {
+				del = append(del, k)
+			}
+		}
+	}
+	for k := range old {
+		if _, ok := cur[k]; !ok {
+			del = append(del, k)
+		}
+	}
+	return del, add
+}

@@ -1,0 +1,285 @@
+package services
+
+import (
+	"net/netip"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+var testPodCIDR = netip.MustParsePrefix("10.244.0.0/16")
+
+// chainsByPrefix returns the rules (as nft text) of the single chain whose name starts with
+// prefix, or nil.
+func chainByPrefix(t *testing.T, rs *ruleset, prefix string) []string {
+	t.Helper()
+	var found []string
+	var name string
+	for n, rules := range rs.chains {
+		if strings.HasPrefix(n, prefix) {
+			if name != "" {
+				t.Fatalf("two chains start with %q: %s and %s", prefix, name, n)
+			}
+			name = n
+			for _, r := range rules {
+				found = append(found, r.String())
+			}
+		}
+	}
+	return found
+}
+
+func chainNames(rs *ruleset) []string {
+	var out []string
+	for n := range rs.chains {
+		out = append(out, strings.SplitN(n, "-", 2)[0])
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestRender(t *testing.T) {
+	node := mkNode("n1", "10.213.0.1")
+	local := readyEP("10.244.1.2", "n1")
+	remote := readyEP("10.244.2.2", "n2")
+	cases := []struct {
+		name      string
+		svc       *v1.Service
+		eps       []ep
+		chains    []string            // chain kinds present
+		rules     map[string][]string // chain prefix -> rules
+		serviceIP map[string]string   // "ip/proto/port" -> chain prefix
+		nodePort  map[string]string
+		noEP      []string
+		noEPPorts []string
+		hairpin   []string
+	}{
+		{
+			name:      "ClusterIP, two endpoints: masquerade outside sources, random DNAT map",
+			svc:       mkSvc("web", "10.96.0.50", 80),
+			eps:       []ep{local, remote},
+			chains:    []string{"svc"},
+			rules:     map[string][]string{"svc-": {"ip saddr != 10.244.0.0/16 jump mark-for-masquerade", "meta l4proto 6 numgen random mod 2 == 0 dnat to 10.244.1.2:8080", "meta l4proto 6 dnat to 10.244.2.2:8080"}},
+			serviceIP: map[string]string{"10.96.0.50/6/80": "svc-"},
+			hairpin:   []string{"10.244.1.2", "10.244.2.2"},
+		},
+		{
+			name:      "no endpoints: no chain, every frontend in the reject sets",
+			svc:       mkSvc("web", "10.96.0.50", 80, nodePort(30080), externalIP("192.0.2.10")),
+			noEP:      []string{"10.96.0.50/6/80", "192.0.2.10/6/80"},
+			noEPPorts: []string{"6/30080"},
+		},
+		{
+			name:   "NodePort + externalIP, policy Cluster: always masquerade",
+			svc:    mkSvc("web", "10.96.0.50", 80, nodePort(30080), externalIP("192.0.2.10")),
+			eps:    []ep{remote},
+			chains: []string{"ext", "svc"},
+			rules: map[string][]string{
+				"ext-": {"jump mark-for-masquerade", "meta l4proto 6 dnat to 10.244.2.2:8080"},
+			},
+			serviceIP: map[string]string{"10.96.0.50/6/80": "svc-", "192.0.2.10/6/80": "ext-"},
+			nodePort:  map[string]string{"6/30080": "ext-"},
+			hairpin:   []string{"10.244.2.2"},
+		},
+		{
+			name:   "externalTrafficPolicy Local: pods and host short-circuit to all endpoints, others get local ones unmasqueraded",
+			svc:    mkSvc("web", "10.96.0.50", 80, nodePort(30080), etpLocal),
+			eps:    []ep{local, remote},
+			chains: []string{"clu", "ext", "svc"},
+			rules: map[string][]string{
+				"ext-": {"ip saddr 10.244.0.0/16 goto clu-", "fib saddr type local jump mark-for-masquerade", "fib saddr type local goto clu-", "meta l4proto 6 dnat to 10.244.1.2:8080"},
+				"clu-": {"meta l4proto 6 numgen random mod 2 == 0 dnat to 10.244.1.2:8080", "meta l4proto 6 dnat to 10.244.2.2:8080"},
+			},
+			nodePort: map[string]string{"6/30080": "ext-"},
+		},
+		{
+			name:  "externalTrafficPolicy Local without local endpoints: outside traffic dropped",
+			svc:   mkSvc("web", "10.96.0.50", 80, nodePort(30080), etpLocal),
+			eps:   []ep{remote},
+			rules: map[string][]string{"ext-": {"ip saddr 10.244.0.0/16 goto clu-", "fib saddr type local jump mark-for-masquerade", "fib saddr type local goto clu-", "drop"}},
+		},
+		{
+			name:  "internalTrafficPolicy Local: local endpoints only, else drop",
+			svc:   mkSvc("web", "10.96.0.50", 80, itpLocal),
+			eps:   []ep{remote},
+			rules: map[string][]string{"svc-": {"ip saddr != 10.244.0.0/16 jump mark-for-masquerade", "drop"}},
+		},
+		{
+			name:  "internalTrafficPolicy Local with a local endpoint",
+			svc:   mkSvc("web", "10.96.0.50", 80, itpLocal),
+			eps:   []ep{local, remote},
+			rules: map[string][]string{"svc-": {"ip saddr != 10.244.0.0/16 jump mark-for-masquerade", "meta l4proto 6 dnat to 10.244.1.2:8080"}},
+		},
+		{
+			name:   "sessionAffinity: per-endpoint chains remember clients in timed sets",
+			svc:    mkSvc("web", "10.96.0.50", 80, affinity(60)),
+			eps:    []ep{local, remote},
+			chains: []string{"ep", "ep", "svc"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ds := Compile([]*v1.Service{c.svc}, []*discoveryv1.EndpointSlice{mkSlice("web-1", "web", 8080, c.eps...)}, node)
+			rs := render(ds, testPodCIDR)
+			if c.chains != nil {
+				if got := chainNames(rs); !reflect.DeepEqual(got, c.chains) {
+					t.Fatalf("chains %v, want %v", got, c.chains)
+				}
+			}
+			for prefix, want := range c.rules {
+				got := chainByPrefix(t, rs, prefix)
+				if len(got) != len(want) {
+					t.Fatalf("chain %s*: got %q, want %q", prefix, got, want)
+				}
+				for i := range want {
+					if !strings.HasPrefix(got[i], want[i]) {
+						t.Fatalf("chain %s* rule %d: got %q, want %q", prefix, i, got[i], want[i])
+					}
+				}
+			}
+			for k, prefix := range c.serviceIP {
+				var found bool
+				for vk, ch := range rs.serviceIPs {
+					if vipString(vk) == k {
+						found = strings.HasPrefix(ch, prefix)
+					}
+				}
+				if !found {
+					t.Fatalf("service-ips has no %s -> %s* (%v)", k, prefix, rs.serviceIPs)
+				}
+			}
+			for k, prefix := range c.nodePort {
+				var found bool
+				for pk, ch := range rs.nodePorts {
+					if portString(pk) == k {
+						found = strings.HasPrefix(ch, prefix)
+					}
+				}
+				if !found {
+					t.Fatalf("service-nodeports has no %s -> %s* (%v)", k, prefix, rs.nodePorts)
+				}
+			}
+			var noEP, noEPPorts, hairpin []string
+			for k := range rs.noEPServices {
+				noEP = append(noEP, vipString(k))
+			}
+			for k := range rs.noEPNodePorts {
+				noEPPorts = append(noEPPorts, portString(k))
+			}
+			for a := range rs.hairpin {
+				hairpin = append(hairpin, a.String())
+			}
+			sort.Strings(noEP)
+			sort.Strings(hairpin)
+			if !reflect.DeepEqual(noEP, c.noEP) || !reflect.DeepEqual(noEPPorts, c.noEPPorts) {
+				t.Fatalf("no-endpoint sets %v %v, want %v %v", noEP, noEPPorts, c.noEP, c.noEPPorts)
+			}
+			if c.hairpin != nil && !reflect.DeepEqual(hairpin, c.hairpin) {
+				t.Fatalf("hairpin %v, want %v", hairpin, c.hairpin)
+			}
+		})
+	}
+}
+
+func TestRenderAffinity(t *testing.T) {
+	ds := Compile([]*v1.Service{mkSvc("web", "10.96.0.50", 80, affinity(60))},
+		[]*discoveryv1.EndpointSlice{mkSlice("web-1", "web", 8080, readyEP("10.244.1.2", "n1"), readyEP("10.244.2.2", "n2"))}, mkNode("n1"))
+	rs := render(ds, testPodCIDR)
+	svc := chainByPrefix(t, rs, "svc-")
+	if len(svc) != 5 || !strings.HasPrefix(svc[1], "ip saddr @aff-") || !strings.HasPrefix(svc[2], "ip saddr @aff-") ||
+		!strings.HasPrefix(svc[3], "numgen random mod 2 == 0 goto ep-") || !strings.HasPrefix(svc[4], "goto ep-") {
+		t.Fatalf("svc chain: %q", svc)
+	}
+	if len(rs.affinity) != 2 {
+		t.Fatalf("affinity sets: %v", rs.affinity)
+	}
+	for name, d := range rs.affinity {
+		if d.Seconds() != 60 || !strings.HasSuffix(name, "-60s") {
+			t.Fatalf("set %s timeout %v", name, d)
+		}
+	}
+	for name, rules := range rs.chains {
+		if strings.HasPrefix(name, "ep-") && (len(rules) != 2 || !strings.HasPrefix(rules[0].String(), "update @aff-") || !strings.HasPrefix(rules[1].String(), "meta l4proto 6 dnat to ")) {
+			t.Fatalf("endpoint chain %s: %v", name, rules)
+		}
+	}
+}
+
+func TestDiffRulesets(t *testing.T) {
+	node := mkNode("n1", "10.213.0.1")
+	svcs := []*v1.Service{mkSvc("a", "10.96.0.51", 80), mkSvc("b", "10.96.0.52", 80)}
+	slicesV1 := []*discoveryv1.EndpointSlice{mkSlice("a-1", "a", 8080, readyEP("10.244.1.2", "n1")), mkSlice("b-1", "b", 8080, readyEP("10.244.1.3", "n1"))}
+	old := render(Compile(svcs, slicesV1, node), testPodCIDR)
+
+	// b's endpoint moves: only b's chain is rewritten, no map element changes.
+	slicesV2 := []*discoveryv1.EndpointSlice{slicesV1[0], mkSlice("b-1", "b", 8080, readyEP("10.244.1.4", "n1"))}
+	cur := render(Compile(svcs, slicesV2, node), testPodCIDR)
+	d := diffRulesets(old, cur)
+	if len(d.addChains) != 0 || len(d.delChains) != 0 || len(d.rewriteChains) != 1 || !strings.Contains(d.rewriteChains[0], "default/b/") {
+		t.Fatalf("endpoint change: %+v", d)
+	}
+	if del, add := diffMap(old.serviceIPs, cur.serviceIPs); len(del) != 0 || len(add) != 0 {
+		t.Fatalf("endpoint change touched service-ips: -%v +%v", del, add)
+	}
+
+	// a is deleted: its chain goes, its map element goes, nothing else changes.
+	cur = render(Compile(svcs[1:], slicesV1[1:], node), testPodCIDR)
+	d = diffRulesets(old, cur)
+	if len(d.delChains) != 1 || !strings.Contains(d.delChains[0], "default/a/") || len(d.rewriteChains) != 0 {
+		t.Fatalf("service delete: %+v", d)
+	}
+	del, add := diffMap(old.serviceIPs, cur.serviceIPs)
+	if len(del) != 1 || del[0].ip != netip.MustParseAddr("10.96.0.51") || len(add) != 0 {
+		t.Fatalf("service delete elements: -%v +%v", del, add)
+	}
+
+	// a loses its endpoints: chain deleted, frontend moves to the reject set.
+	cur = render(Compile(svcs, slicesV1[1:], node), testPodCIDR)
+	if del, add := diffMap(old.noEPServices, cur.noEPServices); len(del) != 0 || len(add) != 1 {
+		t.Fatalf("scale to 0: -%v +%v", del, add)
+	}
+	if d := diffRulesets(old, cur); len(d.delChains) != 1 {
+		t.Fatalf("scale to 0 chains: %+v", d)
+	}
+}
+
+func vipString(k vipKey) string {
+	return k.ip.String() + "/" + itoa(int(k.proto)) + "/" + itoa(int(k.port))
+}
+
+func portString(k portKey) string { return itoa(int(k.proto)) + "/" + itoa(int(k.port)) }
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestPickCascadeUniform checks that rule i of an N-endpoint cascade, taken with probability
+// 1/(N-i) when reached, gives every endpoint the same share.
+func TestPickCascadeUniform(t *testing.T) {
+	for n := 1; n <= 12; n++ {
+		eps := make([]Endpoint, n)
+		for i := range eps {
+			eps[i] = Endpoint{IP: netip.AddrFrom4([4]byte{10, 244, 0, byte(i + 1)}), Port: 80}
+		}
+		rules := pickRules(newRuleset(), ServicePort{}, "h", protoTCP, eps)
+		if len(rules) != n {
+			t.Fatalf("n=%d: %d rules", n, len(rules))
+		}
+		reach := 1.0
+		for i, r := range rules {
+			p := 1.0
+			if r.kind == rDNATOneIn {
+				p = 1 / float64(r.n)
+			} else if r.kind != rDNAT || i != n-1 {
+				t.Fatalf("n=%d rule %d: %s", n, i, r)
+			}
+			if share := reach * p; share < 1/float64(n)-1e-9 || share > 1/float64(n)+1e-9 {
+				t.Fatalf("n=%d: endpoint %d gets %.4f", n, i, share)
+			}
+			reach *= 1 - p
+		}
+	}
+}

@@ -1,0 +1,201 @@
+package services
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Proxy modes accepted by Config.Mode (--proxy-mode).
+const (
+	ModeAuto     = "auto"
+	ModeNftables = "nftables"
+	ModeIPVS     = "ipvs"
+)
+
+// Config configures Run.
+type Config struct {
+	NodeName string
+	// Mode is "auto" (ipvs when /proc/net/ip_vs exists and the ipvs backend can program it,
+	// else nftables; the choice is logged), "nftables" or "ipvs".
+	Mode         string
+	ClusterCIDR  string        // pod CIDR, default 10.244.0.0/16: sources outside it are masqueraded
+	ResyncPeriod time.Duration // default 30s: check the kernel state and repair drift
+	TableName    string        // default "flotilla"
+	// NetNS, when set, is the path of a network namespace to program instead of the current
+	// one (tests, simulated hosts).
+	NetNS string
+	Log   *logrus.Entry
+}
+
+// ipvsProcFile exists when the kernel has the ip_vs module loaded.
+const ipvsProcFile = "/proc/net/ip_vs"
+
+// ErrIPVSUnavailable is returned for --proxy-mode=ipvs: the ipvs backend compiles Services into
+// IPVS virtual/real servers (see CompileIPVS) but cannot program a kernel yet.
+var ErrIPVSUnavailable = errors.New("proxy mode ipvs is not available: the IPVS backend compiles its virtual servers but cannot program the kernel yet; use --proxy-mode=nftables or auto")
+
+// Run watches Services, EndpointSlices and this host's Node and keeps the dataplane in sync
+// until ctx ends. The kernel rules stay in place when Run returns, so Service addresses keep
+// working while the agent restarts.
+func Run(ctx context.Context, client kubernetes.Interface, cfg Config) error {
+	if cfg.NodeName == "" {
+		return errors.New("services proxy: NodeName is required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	log := cfg.Log.WithField("component", "service-proxy")
+	if cfg.ResyncPeriod <= 0 {
+		cfg.ResyncPeriod = 30 * time.Second
+	}
+	if cfg.ClusterCIDR == "" {
+		cfg.ClusterCIDR = "10.244.0.0/16"
+	}
+	cidr, err := netip.ParsePrefix(cfg.ClusterCIDR)
+	if err != nil || !cidr.Addr().Is4() {
+		return fmt.Errorf("services proxy: cluster CIDR %q is not an IPv4 prefix such as 10.244.0.0/16", cfg.ClusterCIDR)
+	}
+	mode, why, err := chooseMode(cfg.Mode, fileExists(ipvsProcFile))
+	if err != nil {
+		return err
+	}
+	log.WithFields(logrus.Fields{"mode": mode, "reason": why}).Info("service proxy mode chosen")
+
+	var nsFd int
+	if cfg.NetNS != "" {
+		f, err := os.Open(cfg.NetNS)
+		if err != nil {
+			return fmt.Errorf("services proxy: open network namespace %s: %w", cfg.NetNS, err)
+		}
+		defer f.Close()
+		nsFd = int(f.Fd())
+	}
+	backend := NewNftables(NftablesOptions{Table: cfg.TableName, ClusterCIDR: cidr, NetNSFd: nsFd, Log: log})
+
+	factory := informers.NewSharedInformerFactory(client, 0)
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
+	}))
+	svcInf := factory.Core().V1().Services()
+	epsInf := factory.Discovery().V1().EndpointSlices()
+	nodeInf := nodeFactory.Core().V1().Nodes()
+
+	kick := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+		DeleteFunc: func(any) { poke() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{svcInf.Informer(), epsInf.Informer(), nodeInf.Informer()} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return fmt.Errorf("services proxy: add event handler: %w", err)
+		}
+	}
+	factory.Start(ctx.Done())
+	nodeFactory.Start(ctx.Done())
+	defer factory.Shutdown()
+	defer nodeFactory.Shutdown()
+	// Applying before the caches are full would briefly remove every Service.
+	if !cache.WaitForCacheSync(ctx.Done(), svcInf.Informer().HasSynced, epsInf.Informer().HasSynced, nodeInf.Informer().HasSynced) {
+		return ctx.Err()
+	}
+
+	desired := func() (DesiredState, error) {
+		svcs, err := svcInf.Lister().List(labels.Everything())
+		if err != nil {
+			return DesiredState{}, err
+		}
+		slices, err := epsInf.Lister().List(labels.Everything())
+		if err != nil {
+			return DesiredState{}, err
+		}
+		node, err := nodeInf.Lister().Get(cfg.NodeName)
+		if err != nil {
+			// Not registered yet: no NodePort addresses and no endpoint counts as local.
+			node = &v1.Node{}
+			node.Name = cfg.NodeName
+		}
+		return Compile(svcs, slices, node), nil
+	}
+	sync := func(full bool) error {
+		ds, err := desired()
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		if full {
+			err = backend.Resync(ds)
+		} else {
+			err = backend.Apply(ds)
+		}
+		if err != nil {
+			return err
+		}
+		log.WithFields(logrus.Fields{"servicePorts": len(ds.Services), "resync": full, "took": time.Since(start).Round(time.Millisecond)}).Debug("dataplane synced")
+		return nil
+	}
+
+	resync := time.NewTicker(cfg.ResyncPeriod)
+	defer resync.Stop()
+	var retry <-chan time.Time
+	backoff := time.Second
+	full := true
+	for {
+		if err := sync(full); err != nil {
+			log.WithError(err).WithField("retryIn", backoff).Error("service dataplane sync failed")
+			retry = time.After(backoff)
+			backoff = min(backoff*2, 30*time.Second)
+			full = true
+		} else {
+			retry, backoff, full = nil, time.Second, false
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-kick:
+		case <-retry:
+		case <-resync.C:
+			full = true
+		}
+	}
+}
+
+// chooseMode resolves --proxy-mode; haveIPVS says whether the kernel has ip_vs.
+func chooseMode(mode string, haveIPVS bool) (chosen, reason string, err error) {
+	switch mode {
+	case "", ModeAuto:
+		if haveIPVS {
+			return ModeNftables, "kernel has ip_vs, but the ipvs backend cannot program it yet: using nftables", nil
+		}
+		return ModeNftables, "kernel has no ip_vs (" + ipvsProcFile + " missing): using nftables", nil
+	case ModeNftables:
+		return ModeNftables, "requested", nil
+	case ModeIPVS:
+		return "", "", ErrIPVSUnavailable
+	}
+	return "", "", fmt.Errorf("services proxy: unknown proxy mode %q: use auto, nftables or ipvs", mode)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

@@ -1,0 +1,129 @@
+package services
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flotilla-dev/flotilla/test/framework"
+	"github.com/sirupsen/logrus"
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// TestRunAgainstAPIServer drives Run from a real API server: Service, EndpointSlice and Node
+// objects created with client-go become working ClusterIP and NodePort rules in a test network
+// namespace; endpoint changes, scale to zero and a deleted table are followed.
+func TestRunAgainstAPIServer(t *testing.T) {
+	tp := setupTopo(t)
+	serve(t, tp.podA, podAIP+":8080", "a")
+	serve(t, tp.podB, podBIP+":8080", "b")
+	a := framework.StartAgent(t, framework.AgentOptions{})
+	client := a.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	node, err := client.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create node: %v", err)
+	}
+	node.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: hostIP}}
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("node status: %v", err)
+	}
+	svc := mkSvc("web", "10.96.0.50", 80, nodePort(30080))
+	if _, err := client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create service: %v", err)
+	}
+	slice := mkSlice("web-1", "web", 8080, readyEP(podAIP, "n1"))
+	slice.Labels[discoveryv1.LabelManagedBy] = "test.flotilla.dev"
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create endpointslice: %v", err)
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	logger := logrus.New()
+	logger.SetLevel(logrus.DebugLevel)
+	go func() {
+		done <- Run(runCtx, client, Config{NodeName: "n1", Mode: "auto", ResyncPeriod: time.Second, NetNS: "/run/netns/" + tp.host, Log: logrus.NewEntry(logger)})
+	}()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+		be := NewNftables(NftablesOptions{NetNSFd: tp.hostFd})
+		if err := be.Cleanup(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+
+	eventually := func(what, ns, addr string, ok func(line string, err error) bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		var line string
+		var err error
+		for time.Now().Before(deadline) {
+			line, err = dial(t, ns, addr, time.Second)
+			if ok(line, err) {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("%s: last answer %q, %v", what, line, err)
+	}
+	answers := func(prefix string) func(string, error) bool {
+		return func(l string, err error) bool { return err == nil && strings.HasPrefix(l, prefix) }
+	}
+	eventually("ClusterIP from the host", tp.host, "10.96.0.50:80", answers("a "))
+	eventually("NodePort on the Node's InternalIP from outside", tp.client, hostIP+":30080", answers("a "))
+
+	slice.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{podBIP}, NodeName: ptr.To("n1"), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}}
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	eventually("endpoint moved to pod b", tp.host, "10.96.0.50:80", answers("b "))
+	t.Logf("endpoint change reached the dataplane in %v", time.Since(start).Round(time.Millisecond))
+
+	slice.Endpoints = nil
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("scaled to 0: ClusterIP refuses", tp.host, "10.96.0.50:80", func(_ string, err error) bool {
+		return err != nil && strings.Contains(err.Error(), "refused")
+	})
+
+	slice.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{podAIP}, NodeName: ptr.To("n1"), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}}
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("scaled back up", tp.host, "10.96.0.50:80", answers("a "))
+
+	inNS(t, tp.host, "nft", "delete", "table", "ip", "flotilla")
+	start = time.Now()
+	eventually("table deleted by hand is restored by the resync", tp.host, "10.96.0.50:80", answers("a "))
+	t.Logf("deleted table restored in %v (resync period 1s)", time.Since(start).Round(time.Millisecond))
+
+	// The Node's address changes: NodePorts follow.
+	node, err = client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inNS(t, tp.host, "ip", "addr", "add", "10.213.0.3/24", "dev", "vhc")
+	node.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.213.0.3"}}
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("NodePort on the new address", tp.client, "10.213.0.3:30080", answers("a "))
+	eventually("NodePort gone from the old address", tp.client, hostIP+":30080", func(_ string, err error) bool { return err != nil })
+}
