@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"os"
 	"hash/fnv"
 	"path/filepath"
 	"strconv"
@@ -98,6 +99,12 @@ func buildContainerConfig(pod *corev1.Pod, c *corev1.Container, p containerParam
 		if sub != "" {
 			clean := filepath.Clean("/" + sub)
 			src = filepath.Join(src, clean)
+			// As the kubelet, a missing subPath is created as a directory.
+			if _, err := os.Lstat(src); os.IsNotExist(err) {
+				if err := os.MkdirAll(src, 0o755); err != nil {
+					return cfg, fmt.Errorf("container %q: subPath %q: %w", c.Name, sub, err)
+				}
+			}
 		}
 		cfg.Mounts = append(cfg.Mounts, rt.Mount{Source: src, Destination: m.MountPath, ReadOnly: m.ReadOnly})
 	}

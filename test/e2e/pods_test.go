@@ -374,7 +374,7 @@ func TestPodsRunOnContainerd(t *testing.T) {
 		var lat []time.Duration
 		for i := 0; i < 20; i++ {
 			ctr := corev1.Container{Name: "hello", Image: hello, ImagePullPolicy: corev1.PullIfNotPresent,
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}},
+				Resources:      corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}},
 				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}}
 			create(t, c, newPod(fmt.Sprintf("lat-%02d", i), "", corev1.RestartPolicyAlways, ctr))
 		}
