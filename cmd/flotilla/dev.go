@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -111,12 +110,12 @@ func devUp(ctx context.Context, o *devOptions) error {
 			return err
 		}
 	}
-	var repo *devRepo
+	var repo *harness.GitRepo
 	if o.app != "" {
-		if repo, err = newDevRepo(o.dir, o.app); err != nil {
+		if repo, err = harness.NewGitRepo(o.dir, o.app); err != nil {
 			return err
 		}
-		step("committed %s to %s (clone to edit: %s)", o.app, repo.bare, repo.work)
+		step("committed %s to %s (clone to edit: %s)", o.app, repo.Bare, repo.Work)
 	}
 	first := site.Hosts[0]
 	step("starting %s at %s (etcd + Kubernetes API)", first.Name, first.IP)
@@ -173,10 +172,10 @@ func devUp(ctx context.Context, o *devOptions) error {
 		if err != nil {
 			return err
 		}
-		if err := gitsync.EnsureRootSource(wctx, dyn, "file://"+repo.bare, "main", ""); err != nil {
+		if err := gitsync.EnsureRootSource(wctx, dyn, repo.URL(), "main", ""); err != nil {
 			return fmt.Errorf("record GitSource kube-system/root: %w", err)
 		}
-		step("GitSource kube-system/root follows %s (branch main)", repo.bare)
+		step("GitSource kube-system/root follows %s (branch main)", repo.Bare)
 		url = "http://" + first.IP + "/"
 		if err := waitApp(wctx, client, url, step); err != nil {
 			return fmt.Errorf("%w (agent logs: %s/host-N.log)", err, o.dir)
@@ -200,7 +199,7 @@ The site deploys %s from git (GitSource kube-system/root, checked every minute):
   %s -n hello rollout status deployment/hello
 The application answers through the Ingress of every host:
 %s
-`, o.app, o.kubectl, repo.work, o.kubectl, url)
+`, o.app, o.kubectl, repo.Work, o.kubectl, url)
 	}
 	return nil
 }
@@ -305,51 +304,6 @@ func sideLoadImages(dir, dest string) error {
 		}
 	}
 	return nil
-}
-
-// devRepo is the demo's git repository: a bare repository the site pulls from and a clone
-// the user edits and pushes from.
-type devRepo struct{ bare, work string }
-
-func newDevRepo(dir, app string) (*devRepo, error) {
-	r := &devRepo{bare: filepath.Join(dir, "git", "site.git"), work: filepath.Join(dir, "work")}
-	entries, err := os.ReadDir(app)
-	if err != nil {
-		return nil, fmt.Errorf("--app: %w", err)
-	}
-	git := func(args ...string) error {
-		cmd := exec.Command("git", append([]string{"-c", "user.name=flotilla demo", "-c", "user.email=demo@flotilla.dev", "-c", "init.defaultBranch=main"}, args...)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return nil
-	}
-	if err := git("init", "-q", "--bare", r.bare); err != nil {
-		return nil, err
-	}
-	if err := git("init", "-q", r.work); err != nil {
-		return nil, err
-	}
-	for _, e := range entries {
-		if e.IsDir() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(app, e.Name()))
-		if err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(filepath.Join(r.work, e.Name()), b, 0o644); err != nil {
-			return nil, err
-		}
-	}
-	for _, args := range [][]string{{"-C", r.work, "add", "-A"}, {"-C", r.work, "commit", "-qm", "deploy " + filepath.Base(app)},
-		{"-C", r.work, "remote", "add", "origin", r.bare}, {"-C", r.work, "push", "-q", "origin", "HEAD:main"},
-		{"-C", r.work, "branch", "-q", "--set-upstream-to=origin/main"}} {
-		if err := git(args...); err != nil {
-			return nil, err
-		}
-	}
-	return r, nil
 }
 
 // waitApp waits until every Deployment is available and url answers 200, printing progress.

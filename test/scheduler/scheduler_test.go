@@ -339,3 +339,18 @@ func TestLocalVolumeSelectedNode(t *testing.T) {
 		return cond != nil && cond.Message == wantMsg, fmt.Sprintf("%+v", cond)
 	})
 }
+
+// TestAgentSchedules: the agent's own scheduler (default controllers, elected leader) places
+// a pod, so the wiring in `flotilla agent` works, not just the package.
+func TestAgentSchedules(t *testing.T) {
+	_, c := startAgent(t, "--controllers=*")
+	createNodes(t, c, fakeNode("w1", 4000, 8192, 110, nil))
+	createPod(t, c, testPod("hello", 100, 64, nil))
+	waitFor(t, 60*time.Second, "the agent's scheduler to bind the pod", func() (bool, string) {
+		p, err := c.CoreV1().Pods("default").Get(context.Background(), "hello", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Spec.NodeName == "w1", fmt.Sprintf("node %q", p.Spec.NodeName)
+	})
+}

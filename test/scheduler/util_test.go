@@ -20,11 +20,20 @@ import (
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
 
+// testControllers are the agent's controllers the tests run: every controller they rely on,
+// but not the agent's own scheduler, so the scheduler under test (started in-process, as
+// RunControllers does in the agent) is the only one, or races only with its twin.
+const testControllers = "--controllers=volumebinding,nodelifecycle,serviceaccount,garbagecollector,namespace"
+
 // startAgent starts a real agent and cordons the agent's own Node (it registers itself as a
 // host with the machine's capacity): only the fake nodes a test creates take pods, and the
 // messages count the cordoned host as one more node ("1 node(s) were unschedulable").
+// extra replaces the controller selection when given.
 func startAgent(t testing.TB, extra ...string) (*framework.Agent, *kubernetes.Clientset) {
 	t.Helper()
+	if len(extra) == 0 {
+		extra = []string{testControllers}
+	}
 	a := framework.StartAgent(t, framework.AgentOptions{Extra: extra})
 	c := a.Client()
 	ctx := context.Background()

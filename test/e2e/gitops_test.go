@@ -1,0 +1,243 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/flotilla-dev/flotilla/gitsync"
+	"github.com/flotilla-dev/flotilla/test/e2e/harness"
+	"github.com/flotilla-dev/flotilla/test/framework"
+)
+
+// prober loops GET requests over the ingress of the given hosts and counts failures.
+type prober struct {
+	ok, failed atomic.Int64
+	mu         sync.Mutex
+	lastErrs   []string
+	versions   map[string]int
+	stop       chan struct{}
+	done       chan struct{}
+}
+
+func startProber(hosts []*harness.Host) *prober {
+	p := &prober{stop: make(chan struct{}), done: make(chan struct{}), versions: map[string]int{}}
+	go func() {
+		defer close(p.done)
+		for i := 0; ; i++ {
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(40 * time.Millisecond):
+			}
+			h := hosts[i%len(hosts)]
+			code, body, err := get("http://"+h.IP+"/", "")
+			p.mu.Lock()
+			if err != nil || code != 200 {
+				p.failed.Add(1)
+				if len(p.lastErrs) < 10 {
+					p.lastErrs = append(p.lastErrs, fmt.Sprintf("%s: %d %q %v", h.Name, code, strings.TrimSpace(body), err))
+				}
+			} else {
+				p.ok.Add(1)
+				f := strings.Fields(body)
+				p.versions[f[len(f)-1]]++
+			}
+			p.mu.Unlock()
+		}
+	}()
+	return p
+}
+
+func (p *prober) halt() (ok, failed int64, errs []string) {
+	close(p.stop)
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ok.Load(), p.failed.Load(), p.lastErrs
+}
+
+func gitSource(t *testing.T, dyn dynamic.Interface) (ready, reason, msg, applied string) {
+	t.Helper()
+	u, err := dyn.Resource(gitsync.GitSourceResource).Namespace("kube-system").Get(context.Background(), "site", metav1.GetOptions{})
+	if err != nil {
+		return "", "", err.Error(), ""
+	}
+	applied, _, _ = unstructured.NestedString(u.Object, "status", "lastAppliedRevision")
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m := c.(map[string]any)
+		if m["type"] == "Ready" {
+			return fmt.Sprint(m["status"]), fmt.Sprint(m["reason"]), fmt.Sprint(m["message"]), applied
+		}
+	}
+	return "", "", "", applied
+}
+
+// TestGitPushToDeploy is the user story end to end on 3 hosts: push -> running and answering
+// through every host's Ingress; push a change -> rolled out with no failed request; push a bad
+// commit -> nothing changes and the GitSource says why; revert -> applied again; kill -9 a
+// host -> its pods come back elsewhere and the app keeps answering; restart it -> it rejoins.
+func TestGitPushToDeploy(t *testing.T) {
+	s := newSite(t, 3)
+	sideLoad(t, s)
+	// Short eviction so a dead host's pods move within the test.
+	startSite(t, s, "--default-toleration-seconds=5")
+	c := clientOf(t, s.Hosts[0])
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.Hosts[0].Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	waitFor(t, 2*time.Minute, "3 Ready nodes", func() (bool, string) {
+		n, state := readyNodes(s.Hosts[0])
+		return n == 3, state
+	})
+	repo, err := harness.NewGitRepo(t.TempDir(), filepath.Join(framework.RepoRoot(), "examples", "hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := fmt.Sprintf(`apiVersion: flotilla.dev/v1alpha1
+kind: GitSource
+metadata: {name: site, namespace: kube-system}
+spec: {url: %q, ref: {branch: main}, interval: 3s}
+`, repo.URL())
+	if out, err := s.Hosts[0].Kubectl(context.Background(), src, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply GitSource: %v %s", err, out)
+	}
+	pushed := time.Now()
+	waitFor(t, 3*time.Minute, "hello answering through the ingress", func() (bool, string) {
+		n, state := availableReplicas(c, "hello", "hello")
+		if n != 3 {
+			return false, state
+		}
+		code, body, err := get("http://"+s.Hosts[1].IP+"/", "")
+		return code == 200 && strings.Contains(body, "version v1"), fmt.Sprint(code, body, err)
+	})
+	t.Logf("git source recorded -> 3 pods answering through the ingress: %s", time.Since(pushed).Round(100*time.Millisecond))
+
+	deployment, err := repo.Read("deployment.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("a pushed change rolls out with no failed request", func(t *testing.T) {
+		p := startProber(s.Hosts)
+		time.Sleep(time.Second)
+		v2 := strings.Replace(deployment, `{name: VERSION, value: "v1"}`, `{name: VERSION, value: "v2"}`, 1)
+		if v2 == deployment {
+			t.Fatal("examples/hello/deployment.yaml no longer sets VERSION v1")
+		}
+		rev, err := repo.Commit("hello v2", map[string]string{"deployment.yaml": v2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		waitFor(t, 3*time.Minute, "v2 rolled out", func() (bool, string) {
+			_, _, _, applied := gitSource(t, dyn)
+			d, err := c.AppsV1().Deployments("hello").Get(context.Background(), "hello", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			done := strings.HasSuffix(applied, rev) && d.Status.UpdatedReplicas == 3 && d.Status.AvailableReplicas == 3 &&
+				d.Status.Replicas == 3 && d.Status.ObservedGeneration == d.Generation
+			return done, fmt.Sprintf("applied %s, updated %d available %d total %d", applied, d.Status.UpdatedReplicas, d.Status.AvailableReplicas, d.Status.Replicas)
+		})
+		t.Logf("commit -> rolled out: %s", time.Since(start).Round(100*time.Millisecond))
+		time.Sleep(2 * time.Second)
+		ok, failed, errs := p.halt()
+		t.Logf("requests during the rollout: %d ok, %d failed, versions seen %v", ok, failed, p.versions)
+		if failed > 0 {
+			t.Errorf("%d requests failed during the rollout: %v", failed, errs)
+		}
+		if p.versions["v2"] == 0 {
+			t.Errorf("never answered with v2: %v", p.versions)
+		}
+	})
+
+	t.Run("a bad commit changes nothing and the source says why", func(t *testing.T) {
+		bad := strings.Replace(deployment, "replicas: 3", "replicas: three", 1)
+		rev, err := repo.Commit("broken replicas", map[string]string{"deployment.yaml": bad})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msg string
+		waitFor(t, 60*time.Second, "GitSource not Ready naming the problem", func() (bool, string) {
+			ready, reason, m, _ := gitSource(t, dyn)
+			msg = m
+			return ready == "False" && strings.Contains(m, rev[:7]), fmt.Sprintf("%s %s %s", ready, reason, m)
+		})
+		t.Logf("GitSource message: %s", msg)
+		code, body, err := get("http://"+s.Hosts[0].IP+"/", "")
+		if code != 200 || !strings.Contains(body, "version v2") {
+			t.Fatalf("the running version must be untouched: %d %q %v", code, body, err)
+		}
+		rev, err = repo.Revert()
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 60*time.Second, "reverted commit applied", func() (bool, string) {
+			ready, reason, m, applied := gitSource(t, dyn)
+			return ready == "True" && strings.HasSuffix(applied, rev), fmt.Sprintf("%s %s %s %s", ready, reason, m, applied)
+		})
+	})
+
+	t.Run("kill -9 a host: its pods come back elsewhere", func(t *testing.T) {
+		victim := s.Hosts[2]
+		p := startProber(s.Hosts[:2])
+		victim.Kill()
+		start := time.Now()
+		waitFor(t, 3*time.Minute, "3 available replicas, none on "+victim.Name, func() (bool, string) {
+			pods, err := c.CoreV1().Pods("hello").List(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			ready, elsewhere := 0, 0
+			for _, pod := range pods.Items {
+				if pod.DeletionTimestamp == nil && podReady(&pod) {
+					ready++
+					if pod.Spec.NodeName != victim.Name {
+						elsewhere++
+					}
+				}
+			}
+			return elsewhere == 3 && ready == 3, fmt.Sprintf("%d ready, %d on live hosts", ready, elsewhere)
+		})
+		t.Logf("host killed -> 3 replicas on the other hosts: %s", time.Since(start).Round(100*time.Millisecond))
+		time.Sleep(2 * time.Second)
+		ok, failed, errs := p.halt()
+		t.Logf("requests through the live hosts' ingress meanwhile: %d ok, %d failed %v", ok, failed, errs)
+		if ok == 0 || failed*10 > ok {
+			t.Errorf("the app did not keep answering: %d ok, %d failed", ok, failed)
+		}
+		if err := victim.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Minute, victim.Name+" Ready again", func() (bool, string) {
+			n, err := c.CoreV1().Nodes().Get(context.Background(), victim.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady {
+					return cond.Status == corev1.ConditionTrue, string(cond.Status)
+				}
+			}
+			return false, "no Ready condition"
+		})
+		code, body, err := get("http://"+victim.IP+"/", "")
+		if code != 200 {
+			t.Errorf("the rejoined host's ingress: %d %q %v", code, body, err)
+		}
+	})
+}
