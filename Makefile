@@ -20,7 +20,7 @@ LDFLAGS := -s -w $(KUBE_LDFLAGS) -X main.flotillaVersion=$(VERSION)
 
 GO_TEST_TIMEOUT ?= 25m
 
-.PHONY: all deps build kubectl images generate verify-generate test unit-test lint demo demo-down bench clean
+.PHONY: all deps build kubectl images generate verify-generate test unit-test lint demo demo-down bench bench-api bench-scheduler bench-proxy clean
 
 all: build
 
@@ -72,9 +72,23 @@ demo-down:
 	FLOTILLA_BIN=$(BIN)/flotilla hack/demo.sh down
 
 ## bench: measurements that are too slow for `make test`; prints figures.
-bench: deps build kubectl
+bench: deps build kubectl bench-api bench-scheduler bench-proxy
+
+bench-api: deps build kubectl
 	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl \
-		$(GO) test -run '^$$' -bench . -benchtime 200x -timeout 30m ./test/... ./reconciler/...
+		$(GO) test -run '^$$' -bench . -benchtime 200x -timeout 30m ./test/api/... ./reconciler/...
+
+## bench-scheduler: N Node objects and M pods at once against a real agent (pods/s).
+bench-scheduler: deps build
+	FLOTILLA_BIN=$(BIN)/flotilla FLOTILLA_BENCH_NODES=$${FLOTILLA_BENCH_NODES:-1000} \
+		FLOTILLA_BENCH_PODS=$${FLOTILLA_BENCH_PODS:-10000} \
+		$(GO) test -run '^$$' -bench BenchmarkScheduler -benchtime 1x -timeout 30m ./test/scheduler/
+
+## bench-proxy: nftables full sync and single-Service update (1,000 and 10,000 Services x 10
+## endpoints, in a test namespace), DNS answers and the Ingress proxy per request.
+bench-proxy: deps build
+	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench . -benchtime 3x -timeout 30m ./proxy/services/
+	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench . -timeout 10m ./proxy/dns/ ./proxy/ingress/
 
 clean:
 	rm -rf $(BIN)

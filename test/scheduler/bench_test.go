@@ -36,7 +36,8 @@ var benchResults = map[string]*benchResult{"burst": {}, "backlog": {}}
 
 // BenchmarkScheduler measures placement throughput against a real agent (issue 7, bench-
 // scheduler): FLOTILLA_BENCH_NODES simulated Node objects (default 1000, no agents) and
-// FLOTILLA_BENCH_PODS pods (default 10000). Controllers are off so only the scheduler works.
+// FLOTILLA_BENCH_PODS pods (default 10000); FLOTILLA_BENCH_BINDINGS overrides
+// Options.BindingsInFlight. Controllers are off so only the scheduler works.
 //
 //   - burst: the pods are created at once (64 clients) while the scheduler runs; pods/s from
 //     the first create to the last committed binding (the issue's figure; it includes the
@@ -98,7 +99,7 @@ func runSchedulerBench(b *testing.B, r *benchResult, backlog bool) {
 
 	b.ResetTimer()
 	start := time.Now()
-	s := startScheduler(b, a.RESTConfig(), sched.Options{})
+	s := startScheduler(b, a.RESTConfig(), sched.Options{BindingsInFlight: envInt("FLOTILLA_BENCH_BINDINGS", 0)})
 	if !backlog {
 		// The burst measures placing, not the scheduler's first list of the nodes.
 		waitFor(b, 2*time.Minute, "the scheduler to see every node", func() (bool, string) {
