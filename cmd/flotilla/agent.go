@@ -456,7 +456,7 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 	}
 	nodeCfg := agent.NodeConfig{
 		Name: o.name, Address: o.advertise, Labels: o.nodeLabels, DataDir: dataDir,
-		KubeletVersion: version.Get().GitVersion,
+		KubeletVersion: version.Get().GitVersion, NoPods: !o.pods,
 	}
 	var rt *runtime.Runtime
 	if o.pods {

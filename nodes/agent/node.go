@@ -43,6 +43,29 @@ type NodeConfig struct {
 	RuntimeVersion string
 	// Images lists the host's images for status.images (nil: not reported).
 	Images func(ctx context.Context) []corev1.ContainerImage
+	// NoPods marks a host that runs no pods (agent --pods=false): its Node carries the
+	// NoSchedule taint TaintNoPods so nothing is scheduled there.
+	NoPods bool
+}
+
+// TaintNoPods is the taint of Nodes whose host runs no pods.
+const TaintNoPods = "node.flotilla.dev/no-pods"
+
+// wantTaints returns taints with TaintNoPods added or removed per cfg, and whether it changed.
+func wantTaints(taints []corev1.Taint, cfg NodeConfig) ([]corev1.Taint, bool) {
+	var out []corev1.Taint
+	had := false
+	for _, t := range taints {
+		if t.Key == TaintNoPods {
+			had = true
+			continue
+		}
+		out = append(out, t)
+	}
+	if cfg.NoPods {
+		out = append(out, corev1.Taint{Key: TaintNoPods, Value: "true", Effect: corev1.TaintEffectNoSchedule})
+	}
+	return out, had != cfg.NoPods
 }
 
 // RunNodeHeartbeat registers the Node and renews its Lease and Ready status until ctx ends.
@@ -104,6 +127,7 @@ func nodeLabels(cfg NodeConfig) map[string]string {
 
 func registerNode(ctx context.Context, client kubernetes.Interface, cfg NodeConfig) error {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: cfg.Name, Labels: nodeLabels(cfg)}}
+	node.Spec.Taints, _ = wantTaints(nil, cfg)
 	node.Status = desiredStatus(cfg)
 	_, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -120,6 +144,10 @@ func registerNode(ctx context.Context, client kubernetes.Interface, cfg NodeConf
 				cur.Labels[k] = v
 				changed = true
 			}
+		}
+		if taints, diff := wantTaints(cur.Spec.Taints, cfg); diff {
+			cur.Spec.Taints = taints
+			changed = true
 		}
 		if changed {
 			_, err = client.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
