@@ -2,8 +2,8 @@ package agent
 
 import (
 	"fmt"
-	"os"
 	"hash/fnv"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"

@@ -151,9 +151,13 @@ func TestComputeStatusPhases(t *testing.T) {
 		stateCheck func(cs corev1.ContainerStatus) bool
 	}{
 		{"created, not started", corev1.RestartPolicyAlways, nil, &containerObs{}, corev1.PodPending, false,
-			func(cs corev1.ContainerStatus) bool { return cs.State.Waiting != nil && cs.State.Waiting.Reason == "ContainerCreating" }},
+			func(cs corev1.ContainerStatus) bool {
+				return cs.State.Waiting != nil && cs.State.Waiting.Reason == "ContainerCreating"
+			}},
 		{"init running holds app in PodInitializing", corev1.RestartPolicyAlways, &containerObs{current: running()}, &containerObs{}, corev1.PodPending, false,
-			func(cs corev1.ContainerStatus) bool { return cs.State.Waiting != nil && cs.State.Waiting.Reason == "PodInitializing" }},
+			func(cs corev1.ContainerStatus) bool {
+				return cs.State.Waiting != nil && cs.State.Waiting.Reason == "PodInitializing"
+			}},
 		{"running and ready", corev1.RestartPolicyAlways, &containerObs{current: exited(0, false)}, &containerObs{current: running(), ready: true, started: true}, corev1.PodRunning, true,
 			func(cs corev1.ContainerStatus) bool { return cs.State.Running != nil && cs.Ready }},
 		{"running, readiness failing", corev1.RestartPolicyAlways, nil, &containerObs{current: running(), started: true}, corev1.PodRunning, false,
@@ -174,7 +178,9 @@ func TestComputeStatusPhases(t *testing.T) {
 					cs.LastTerminationState.Terminated != nil && cs.LastTerminationState.Terminated.ExitCode == 1
 			}},
 		{"image pull error", corev1.RestartPolicyAlways, nil, &containerObs{waitingReason: "ErrImagePull", waitingMessage: "no registry"}, corev1.PodPending, false,
-			func(cs corev1.ContainerStatus) bool { return cs.State.Waiting != nil && cs.State.Waiting.Reason == "ErrImagePull" }},
+			func(cs corev1.ContainerStatus) bool {
+				return cs.State.Waiting != nil && cs.State.Waiting.Reason == "ErrImagePull"
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := testPod()
