@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -54,6 +55,11 @@ func resetHost(ctx context.Context, dataDir, name string) error {
 			// Cgroups of just-killed containers may still be busy; removeCgroups retries below.
 			log.WithError(err).Debug("runtime teardown")
 		}
+	}
+	// Whatever containerd no longer knows of (its state lost with a crash) still runs in our
+	// cgroups or as a shim of our socket: end those processes too.
+	if n := killLeftovers(dataDir, "/flotilla/"+name); n > 0 {
+		log.WithField("processes", n).Warn("killed processes containerd did not account for")
 	}
 	if err := unmountUnder(dataDir); err != nil {
 		errs = append(errs, err)
@@ -129,4 +135,47 @@ func removeCgroups(parent string) []string {
 		}
 	}
 	return left
+}
+
+// killLeftovers kills the shims serving dataDir's containerd socket and every process in the
+// cgroup parent's hierarchies; it returns how many it signalled.
+func killLeftovers(dataDir, parent string) int {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return 0
+	}
+	pids := map[int]bool{}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		cmd := strings.ReplaceAll(string(b), "\x00", " ")
+		if strings.Contains(cmd, "containerd-shim") && strings.Contains(cmd, "-address "+filepath.Join(abs, "containerd")+"/") {
+			if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+				pids[pid] = true
+			}
+		}
+	}
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	roots = append(roots, "/sys/fs/cgroup")
+	for _, root := range roots {
+		_ = filepath.Walk(filepath.Join(root, parent), func(p string, info os.FileInfo, err error) error {
+			if err != nil || info.IsDir() || info.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					pids[pid] = true
+				}
+			}
+			return nil
+		})
+	}
+	for pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return len(pids)
 }

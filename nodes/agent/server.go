@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"crypto/subtle"
 	"crypto/tls"
 	"errors"
@@ -13,6 +15,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/streaming/pkg/httpstream/wsstream"
 
 	rt "github.com/flotilla-dev/flotilla/nodes/runtime"
 )
@@ -30,6 +34,8 @@ func (m *PodManager) Serve(ctx context.Context, cfg ServerConfig) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", m.serveLogs)
+	mux.HandleFunc("GET /exec/{namespace}/{pod}/{container}", m.serveExec)
+	mux.HandleFunc("POST /exec/{namespace}/{pod}/{container}", m.serveExec)
 	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
 	if err != nil {
 		return fmt.Errorf("node agent endpoint certificate: %w", err)
@@ -121,4 +127,65 @@ func (m *PodManager) serveLogs(w http.ResponseWriter, r *http.Request) {
 	if err := rt.ReadLogs(r.Context(), path, opts, out, out); err != nil && r.Context().Err() == nil {
 		logrus.WithError(err).WithField("path", path).Debug("read logs")
 	}
+}
+
+// execChannels are the streams of the channel.k8s.io protocols kubectl exec speaks over a
+// websocket: stdin, stdout, stderr, the error/status channel and terminal resizes.
+var execChannels = []wsstream.ChannelType{wsstream.ReadChannel, wsstream.WriteChannel, wsstream.WriteChannel,
+	wsstream.WriteChannel, wsstream.ReadChannel}
+
+func (m *PodManager) serveExec(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	flag := func(k string) bool {
+		b, _ := strconv.ParseBool(q.Get(k))
+		return b
+	}
+	cmd := q["command"]
+	if len(cmd) == 0 {
+		http.Error(w, "no command given", http.StatusBadRequest)
+		return
+	}
+	id, err := m.ContainerID(r.Context(), r.PathValue("namespace"), r.PathValue("pod"), r.PathValue("container"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if !wsstream.IsWebSocketRequest(r) {
+		http.Error(w, "exec needs a websocket upgrade (channel.k8s.io protocols; kubectl 1.30 or newer)", http.StatusBadRequest)
+		return
+	}
+	cfg := wsstream.ChannelProtocolConfig{Binary: true, Channels: execChannels}
+	conn := wsstream.NewConn(map[string]wsstream.ChannelProtocolConfig{
+		"v5.channel.k8s.io": cfg, "v4.channel.k8s.io": cfg,
+	})
+	conn.SetIdleTimeout(4 * time.Hour)
+	_, streams, err := conn.Open(w, r)
+	if err != nil {
+		logrus.WithError(err).Debug("exec: websocket handshake")
+		return
+	}
+	defer conn.Close()
+	var stdin io.Reader
+	if flag("stdin") {
+		stdin = streams[0]
+	}
+	stdout, stderr := io.Writer(io.Discard), io.Writer(io.Discard)
+	if flag("stdout") {
+		stdout = streams[1]
+	}
+	if flag("stderr") {
+		stderr = streams[2]
+	}
+	code, err := m.Exec(r.Context(), id, cmd, stdin, stdout, stderr, flag("tty"))
+	status := metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusSuccess}
+	switch {
+	case err != nil:
+		status.Status, status.Reason, status.Message = metav1.StatusFailure, metav1.StatusReasonInternalError, err.Error()
+	case code != 0:
+		status.Status, status.Reason = metav1.StatusFailure, "NonZeroExitCode"
+		status.Message = fmt.Sprintf("command terminated with non-zero exit code: error executing command %v: exit status %d", cmd, code)
+		status.Details = &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: "ExitCode", Message: strconv.Itoa(code)}}}
+	}
+	b, _ := json.Marshal(status)
+	_, _ = streams[3].Write(b)
 }

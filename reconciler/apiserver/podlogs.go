@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/proxy"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericrest "k8s.io/apiserver/pkg/registry/generic/rest"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -34,6 +35,9 @@ type nodeDialer struct {
 	getter    rest.Getter // pods
 	nodes     rest.Getter
 	transport http.RoundTripper
+	// base is the TLS transport without the token (upgraded connections add it per request).
+	base  *http.Transport
+	token string
 }
 
 func newNodeDialer(pods, nodes rest.Getter, conn NodeConnection) (*nodeDialer, error) {
@@ -49,7 +53,7 @@ func newNodeDialer(pods, nodes rest.Getter, conn NodeConnection) (*nodeDialer, e
 	}
 	base := &http.Transport{TLSClientConfig: tlsCfg, DialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
 		ResponseHeaderTimeout: 30 * time.Second}
-	return &nodeDialer{getter: pods, nodes: nodes, transport: bearer{token: conn.Token, rt: base}}, nil
+	return &nodeDialer{getter: pods, nodes: nodes, transport: bearer{token: conn.Token, rt: base}, base: base, token: conn.Token}, nil
 }
 
 type bearer struct {
@@ -179,6 +183,9 @@ func (r *podLogREST) Get(ctx context.Context, name string, opts runtime.Object) 
 type podOptionsCodec struct{ runtime.ParameterCodec }
 
 func (c podOptionsCodec) DecodeParameters(params url.Values, from schema.GroupVersion, into runtime.Object) error {
+	if e, ok := into.(*corev1.PodExecOptions); ok {
+		return decodeExecOptions(params, e)
+	}
 	o, ok := into.(*corev1.PodLogOptions)
 	if !ok {
 		return c.ParameterCodec.DecodeParameters(params, from, into)
@@ -235,6 +242,71 @@ func (c podOptionsCodec) DecodeParameters(params url.Values, from schema.GroupVe
 		}
 		mt := metav1.NewTime(t)
 		o.SinceTime = &mt
+	}
+	return nil
+}
+
+// podExecREST serves pods/exec by proxying the upgraded (websocket) stream to the node agent
+// of the pod's host.
+type podExecREST struct{ d *nodeDialer }
+
+var _ rest.Connecter = &podExecREST{}
+
+func (r *podExecREST) New() runtime.Object { return &corev1.Pod{} }
+func (r *podExecREST) Destroy()            {}
+
+func (r *podExecREST) ConnectMethods() []string { return []string{http.MethodGet, http.MethodPost} }
+
+func (r *podExecREST) NewConnectOptions() (runtime.Object, bool, string) {
+	return &corev1.PodExecOptions{}, false, ""
+}
+
+func (r *podExecREST) Connect(ctx context.Context, name string, opts runtime.Object, responder rest.Responder) (http.Handler, error) {
+	o, ok := opts.(*corev1.PodExecOptions)
+	if !ok {
+		return nil, fmt.Errorf("invalid options object: %#v", opts)
+	}
+	if len(o.Command) == 0 {
+		return nil, apierrors.NewBadRequest("you must specify at least 1 command")
+	}
+	if !o.Stdin && !o.Stdout && !o.Stderr {
+		return nil, apierrors.NewBadRequest("you must specify at least one of stdin, stdout, stderr")
+	}
+	loc, pod, err := r.d.location(ctx, name, "")
+	if err != nil {
+		return nil, err
+	}
+	container := o.Container
+	if container == "" {
+		container = pod.Spec.Containers[0].Name
+	}
+	loc.Path = fmt.Sprintf("/exec/%s/%s/%s", genericapirequest.NamespaceValue(ctx), name, container)
+	q := url.Values{"command": o.Command}
+	for k, v := range map[string]bool{"stdin": o.Stdin, "stdout": o.Stdout, "stderr": o.Stderr, "tty": o.TTY} {
+		if v {
+			q.Set(k, "true")
+		}
+	}
+	loc.RawQuery = q.Encode()
+	h := proxy.NewUpgradeAwareHandler(loc, r.d.transport, false, true, proxy.NewErrorResponder(responder))
+	h.UpgradeTransport = proxy.NewUpgradeRequestRoundTripper(r.d.base, bearer{token: r.d.token, rt: proxy.MirrorRequest})
+	return h, nil
+}
+
+// decodeExecOptions reads pods/exec query parameters (command is repeated).
+func decodeExecOptions(params url.Values, o *corev1.PodExecOptions) error {
+	o.Container = params.Get("container")
+	o.Command = params["command"]
+	for k, dst := range map[string]*bool{"stdin": &o.Stdin, "stdout": &o.Stdout, "stderr": &o.Stderr, "tty": &o.TTY} {
+		v := params.Get(k)
+		if v == "" {
+			continue
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return apierrors.NewBadRequest(fmt.Sprintf("%s: %q is not a boolean", k, v))
+		}
+		*dst = b
 	}
 	return nil
 }

@@ -251,6 +251,7 @@ func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, c
 		return err
 	}
 	core["pods/log"] = &podLogREST{d: dialer}
+	core["pods/exec"] = &podExecREST{d: dialer}
 	nsStore := stores[corev1.Resource("namespaces")]
 	core["namespaces"] = &namespaceREST{store: nsStore}
 	core["namespaces/finalize"] = newFinalizeREST(nsStore.Store, strategies[corev1.Resource("namespaces")])

@@ -280,6 +280,23 @@ func TestPodsRunOnContainerd(t *testing.T) {
 		}
 	})
 
+	t.Run("kubectl exec through another host's API", func(t *testing.T) {
+		out, err := s.Hosts[1].Kubectl(context.Background(), "", "exec", "unready", "--", "/app", "touch", "/tmp/ready")
+		if err != nil {
+			t.Fatalf("kubectl exec: %v %s", err, out)
+		}
+		// The file the readiness probe looks for now exists: the pod turns Ready.
+		waitPod(t, c, "unready", 30*time.Second, "Ready after exec", podReady)
+		out, err = s.Hosts[0].Kubectl(context.Background(), "", "exec", "unready", "--", "/app", "exit", "3", "bye")
+		if err == nil || !strings.Contains(out, "bye") || !strings.Contains(err.Error(), "exit code 3") {
+			t.Fatalf("a failing command's output and exit code: %v %q", err, out)
+		}
+		out, err = s.Hosts[0].Kubectl(context.Background(), "piped input\n", "exec", "-i", "unready", "--", "/app", "cat", "/dev/stdin")
+		if err != nil || out != "piped input\n" {
+			t.Fatalf("stdin through exec: %v %q", err, out)
+		}
+	})
+
 	t.Run("a pod on host 1 reaches a pod on host 3", func(t *testing.T) {
 		create(t, c, newPod("server", "host-3", corev1.RestartPolicyAlways, tool("app", "serve", "8080")))
 		srv := waitPod(t, c, "server", 60*time.Second, "running with an IP", func(p *corev1.Pod) bool {
