@@ -2,12 +2,12 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"crypto/subtle"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
