@@ -32,6 +32,7 @@ K8S_PKGS=(
   k8s.io/api/admissionregistration/v1
   k8s.io/api/authentication/v1
   k8s.io/api/authorization/v1
+  k8s.io/api/storage/v1
   # Not served, but batch/v1 JobSchedulingConfiguration refers to its types.
   k8s.io/api/scheduling/v1alpha3
   k8s.io/apimachinery/pkg/apis/meta/v1

@@ -71,6 +71,7 @@ func buildContainerConfig(pod *corev1.Pod, c *corev1.Container, p containerParam
 	if pod.Spec.HostNetwork {
 		cfg.NetNSPath = ""
 		cfg.Hostname = ""
+		cfg.HostNetwork = true
 	}
 	// $(VAR) in command and args expands against the container's environment.
 	vars := map[string]string{}

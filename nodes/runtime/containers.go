@@ -53,6 +53,9 @@ type ContainerConfig struct {
 	Env []string
 	// NetNSPath, when set, is an existing network namespace the container joins.
 	WorkingDir, Hostname, NetNSPath string
+	// HostNetwork runs the container in the host's network and UTS namespaces (hostNetwork
+	// pods); NetNSPath and Hostname are then ignored.
+	HostNetwork bool
 	Mounts                          []Mount
 	// User nil runs as the image's user.
 	User                       *User
@@ -167,6 +170,10 @@ func (r *Runtime) CreateContainer(ctx context.Context, c ContainerConfig) error 
 	}
 	if c.WorkingDir != "" {
 		specOpts = append(specOpts, oci.WithProcessCwd(c.WorkingDir))
+	}
+	if c.HostNetwork {
+		specOpts = append(specOpts, oci.WithHostNamespace(specs.NetworkNamespace), oci.WithHostNamespace(specs.UTSNamespace))
+		c.NetNSPath, c.Hostname = "", ""
 	}
 	if c.Hostname != "" {
 		specOpts = append(specOpts, oci.WithHostname(c.Hostname))

@@ -4,14 +4,19 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/sirupsen/logrus"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/storage"
 
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/defaults"
@@ -63,6 +68,67 @@ func applyKindHooks(s *strategy) {
 			}
 		}
 	}
+}
+
+// Annotations of the default StorageClass (upstream DefaultStorageClass admission).
+const (
+	annIsDefaultStorageClass     = "storageclass.kubernetes.io/is-default-class"
+	annBetaIsDefaultStorageClass = "storageclass.beta.kubernetes.io/is-default-class"
+	annBetaStorageClass          = "volume.beta.kubernetes.io/storage-class"
+)
+
+// installDefaultStorageClass makes PVC creation fill spec.storageClassName with the default
+// StorageClass, like upstream's DefaultStorageClass admission plugin. A claim that names a
+// class, even "", or carries the deprecated class annotation is left alone.
+func installDefaultStorageClass(pvcs *strategy, classes *genericregistry.Store) {
+	prev := pvcs.prepareCreate
+	pvcs.prepareCreate = func(ctx context.Context, obj runtime.Object) {
+		if prev != nil {
+			prev(ctx, obj)
+		}
+		pvc := obj.(*corev1.PersistentVolumeClaim)
+		if pvc.Spec.StorageClassName != nil {
+			return
+		}
+		if _, ok := pvc.Annotations[annBetaStorageClass]; ok {
+			return
+		}
+		// StorageClasses are cluster-scoped: list without the claim's namespace.
+		list, err := classes.List(genericapirequest.WithNamespace(ctx, ""), &metainternalversion.ListOptions{})
+		if err != nil {
+			// PrepareForCreate cannot fail; the claim then keeps no class, as upstream
+			// does when no default exists.
+			logrus.WithError(err).WithField("pvc", pvc.Namespace+"/"+pvc.Name).Warn("list StorageClasses for the default class")
+			return
+		}
+		scl, ok := list.(*storagev1.StorageClassList)
+		if !ok {
+			return
+		}
+		if name := defaultStorageClass(scl.Items); name != "" {
+			pvc.Spec.StorageClassName = &name
+		}
+	}
+}
+
+// defaultStorageClass returns the name of the default class among classes: with several
+// defaults, the newest wins (ties: the smaller name), as upstream does since 1.28.
+func defaultStorageClass(classes []storagev1.StorageClass) string {
+	var best *storagev1.StorageClass
+	for i := range classes {
+		c := &classes[i]
+		if c.Annotations[annIsDefaultStorageClass] != "true" && c.Annotations[annBetaIsDefaultStorageClass] != "true" {
+			continue
+		}
+		if best == nil || c.CreationTimestamp.After(best.CreationTimestamp.Time) ||
+			(c.CreationTimestamp.Equal(&best.CreationTimestamp) && c.Name < best.Name) {
+			best = c
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	return best.Name
 }
 
 const deprecatedRollbackTo = "deprecated.deployment.rollback.to"

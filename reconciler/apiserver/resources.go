@@ -10,6 +10,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -108,6 +109,8 @@ func servedResources() []resource {
 		{gv: admissionregistrationv1.SchemeGroupVersion, plural: "validatingadmissionpolicybindings", singular: "validatingadmissionpolicybinding", kind: "ValidatingAdmissionPolicyBinding",
 			newObj:  func() runtime.Object { return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{} },
 			newList: func() runtime.Object { return &admissionregistrationv1.ValidatingAdmissionPolicyBindingList{} }},
+		{gv: storagev1.SchemeGroupVersion, plural: "storageclasses", singular: "storageclass", kind: "StorageClass", shortNames: []string{"sc"},
+			newObj: func() runtime.Object { return &storagev1.StorageClass{} }, newList: func() runtime.Object { return &storagev1.StorageClassList{} }},
 
 		{gv: flotillav1alpha1.SchemeGroupVersion, plural: "gitsources", singular: "gitsource", kind: "GitSource", namespaced: true, shortNames: []string{"gs"}, categories: []string{"flotilla"}, status: true,
 			newObj: func() runtime.Object { return &flotillav1alpha1.GitSource{} }, newList: func() runtime.Object { return &flotillav1alpha1.GitSourceList{} }},

@@ -14,6 +14,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -33,6 +34,7 @@ func NewScheme() *runtime.Scheme {
 		corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme, autoscalingv1.AddToScheme,
 		discoveryv1.AddToScheme, networkingv1.AddToScheme, coordinationv1.AddToScheme,
 		policyv1.AddToScheme, eventsv1.AddToScheme, admissionregistrationv1.AddToScheme,
+		storagev1.AddToScheme,
 		flotillav1alpha1.AddToScheme,
 	}
 	for _, add := range adders {
@@ -70,7 +72,8 @@ func servedGroupVersions() []schema.GroupVersion {
 		autoscalingv1.SchemeGroupVersion, discoveryv1.SchemeGroupVersion,
 		networkingv1.SchemeGroupVersion, coordinationv1.SchemeGroupVersion,
 		policyv1.SchemeGroupVersion, eventsv1.SchemeGroupVersion,
-		admissionregistrationv1.SchemeGroupVersion, flotillav1alpha1.SchemeGroupVersion,
+		admissionregistrationv1.SchemeGroupVersion, storagev1.SchemeGroupVersion,
+		flotillav1alpha1.SchemeGroupVersion,
 	}
 }
 

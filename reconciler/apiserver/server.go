@@ -242,6 +242,8 @@ func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, c
 			m[r.plural+"/scale"] = &scaleREST{store: st, access: r.scale, gr: r.groupResource()}
 		}
 	}
+	installDefaultStorageClass(strategies[corev1.Resource("persistentvolumeclaims")],
+		stores[schema.GroupResource{Group: "storage.k8s.io", Resource: "storageclasses"}].Store)
 	core := groups[""].VersionedResourcesStorageMap["v1"]
 	podStore := stores[corev1.Resource("pods")]
 	core["pods/binding"] = &bindingREST{pods: podStore.Store}

@@ -44,6 +44,13 @@ func newSite(t *testing.T, n int) *harness.Site {
 // startSite starts host 1, then the others joining it, and waits for every API.
 func startSite(t *testing.T, s *harness.Site, extra ...string) time.Duration {
 	t.Helper()
+	return startHosts(t, s.Hosts, extra...)
+}
+
+// startHosts starts hosts[0], then the others joining it, and waits for every API.
+func startHosts(t *testing.T, hosts []*harness.Host, extra ...string) time.Duration {
+	t.Helper()
+	s := struct{ Hosts []*harness.Host }{hosts}
 	start := time.Now()
 	if err := s.Hosts[0].Start(extra...); err != nil {
 		t.Fatal(err)

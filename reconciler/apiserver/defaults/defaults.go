@@ -19,6 +19,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -74,6 +75,9 @@ func Register(scheme *runtime.Scheme) {
 		func(l *admissionregistrationv1.ValidatingAdmissionPolicyBindingList) []admissionregistrationv1.ValidatingAdmissionPolicyBinding {
 			return l.Items
 		}, setValidatingAdmissionPolicyBinding)
+
+	// storage.k8s.io/v1
+	kind(scheme, &storagev1.StorageClass{}, &storagev1.StorageClassList{}, func(l *storagev1.StorageClassList) []storagev1.StorageClass { return l.Items }, setStorageClass)
 }
 
 // kind registers fn for the object type and, item by item, for its list type. The scheme does not

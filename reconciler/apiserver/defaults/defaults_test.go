@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -1002,6 +1003,16 @@ spec:
 			want: fromYAML(t, `{"spec":{"podSelector":{},"policyTypes":["Ingress"]}}`, &networkingv1.NetworkPolicy{}),
 		},
 		{
+			name: "storageclass",
+			in:   fromYAML(t, `{metadata: {name: fast}, provisioner: flotilla.dev/local}`, &storagev1.StorageClass{}),
+			want: fromYAML(t, `
+metadata: {name: fast}
+provisioner: flotilla.dev/local
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+`, &storagev1.StorageClass{}),
+		},
+		{
 			name: "ingressclass parameters scope",
 			in: fromYAML(t, `
 spec:
@@ -1312,6 +1323,11 @@ spec:
     objectSelector:
       matchLabels: {c: d}
 `, &admissionregistrationv1.ValidatingAdmissionPolicy{}),
+		fromYAML(t, `
+provisioner: flotilla.dev/local
+reclaimPolicy: Retain
+volumeBindingMode: WaitForFirstConsumer
+`, &storagev1.StorageClass{}),
 	}
 	s := newScheme(t)
 	for _, obj := range objs {

@@ -5,6 +5,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -81,5 +82,15 @@ func setMatchResources(m *admissionregistrationv1.MatchResources) {
 				rules[i].Scope = new(admissionregistrationv1.AllScopes)
 			}
 		}
+	}
+}
+
+// setStorageClass fills reclaimPolicy Delete and volumeBindingMode Immediate, as upstream does.
+func setStorageClass(sc *storagev1.StorageClass) {
+	if sc.ReclaimPolicy == nil {
+		sc.ReclaimPolicy = new(corev1.PersistentVolumeReclaimDelete)
+	}
+	if sc.VolumeBindingMode == nil {
+		sc.VolumeBindingMode = new(storagev1.VolumeBindingImmediate)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -68,6 +69,7 @@ var servedKinds = []schema.GroupVersionKind{
 	eventsv1.SchemeGroupVersion.WithKind("Event"),
 	admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy"),
 	admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicyBinding"),
+	storagev1.SchemeGroupVersion.WithKind("StorageClass"),
 	flotillav1alpha1.SchemeGroupVersion.WithKind("GitSource"),
 	// Create-only review kinds kubectl uses (auth can-i, auth whoami).
 	authenticationv1.SchemeGroupVersion.WithKind("TokenReview"),
@@ -95,6 +97,7 @@ func newScheme(t *testing.T) *runtime.Scheme {
 		admissionregistrationv1.AddToScheme,
 		authenticationv1.AddToScheme,
 		authorizationv1.AddToScheme,
+		storagev1.AddToScheme,
 		flotillav1alpha1.AddToScheme,
 	} {
 		if err := add(scheme); err != nil {

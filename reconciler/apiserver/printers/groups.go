@@ -7,10 +7,13 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 var endpointSlicePrinter = named([]metav1.TableColumnDefinition{
@@ -177,3 +180,46 @@ var vapBindingPrinter = named([]metav1.TableColumnDefinition{
 	}
 	return []any{b.Spec.PolicyName, param, c.age(b.CreationTimestamp)}
 })
+
+// isDefaultStorageClassAnnotation marks the class a claim without storageClassName gets; the
+// beta spelling is still honoured upstream.
+const (
+	isDefaultStorageClassAnnotation     = "storageclass.kubernetes.io/is-default-class"
+	betaIsDefaultStorageClassAnnotation = "storageclass.beta.kubernetes.io/is-default-class"
+)
+
+// storageClassPrinter prints NAME with kubectl's " (default)" suffix for the default class, so it
+// cannot use named.
+var storageClassPrinter = printer{
+	columns: []metav1.TableColumnDefinition{
+		nameColumn,
+		col("Provisioner", "string", "Indicates the type of the provisioner."),
+		col("ReclaimPolicy", "string", "Indicates the type of the reclaim policy."),
+		col("VolumeBindingMode", "string", "Indicates the mode of the volume binding."),
+		col("AllowVolumeExpansion", "string", "Indicates the flag of allowing volume expansion."),
+		ageColumn,
+	},
+	row: func(obj runtime.Object, c clock) (metav1.TableRow, error) {
+		sc, ok := obj.(*storagev1.StorageClass)
+		if !ok {
+			return metav1.TableRow{}, fmt.Errorf("table printer: unexpected object %T", obj)
+		}
+		name := sc.Name
+		if sc.Annotations[isDefaultStorageClassAnnotation] == "true" || sc.Annotations[betaIsDefaultStorageClassAnnotation] == "true" {
+			name += " (default)"
+		}
+		reclaim := string(corev1.PersistentVolumeReclaimDelete)
+		if sc.ReclaimPolicy != nil {
+			reclaim = string(*sc.ReclaimPolicy)
+		}
+		mode := string(storagev1.VolumeBindingImmediate)
+		if sc.VolumeBindingMode != nil {
+			mode = string(*sc.VolumeBindingMode)
+		}
+		expansion := false
+		if sc.AllowVolumeExpansion != nil {
+			expansion = *sc.AllowVolumeExpansion
+		}
+		return metav1.TableRow{Cells: []any{name, sc.Provisioner, reclaim, mode, expansion, c.age(sc.CreationTimestamp)}}, nil
+	},
+}

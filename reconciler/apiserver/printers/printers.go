@@ -198,4 +198,5 @@ var printersByResource = map[schema.GroupResource]printer{
 	{Group: "events.k8s.io", Resource: "events"}:                                           eventPrinter,
 	{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies"}:       vapPrinter,
 	{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicybindings"}: vapBindingPrinter,
+	{Group: "storage.k8s.io", Resource: "storageclasses"}:                                  storageClassPrinter,
 }

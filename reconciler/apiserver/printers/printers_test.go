@@ -17,6 +17,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -534,6 +535,30 @@ spec: {controller: example.com/ingress-controller, parameters: {apiGroup: k8s.ex
 `, &networkingv1.IngressClass{}),
 			header: []string{"NAME", "CONTROLLER", "PARAMETERS", "AGE"},
 			cells:  []any{"external-lb", "example.com/ingress-controller", "IngressParameters.k8s.example.com/external-lb", age},
+		},
+		{
+			name: "storageclass default",
+			gr:   schema.GroupResource{Group: "storage.k8s.io", Resource: "storageclasses"},
+			obj: obj(t, `
+metadata: {name: flotilla-local, annotations: {storageclass.kubernetes.io/is-default-class: "true"}}
+provisioner: flotilla.dev/local
+reclaimPolicy: Delete
+volumeBindingMode: WaitForFirstConsumer
+`, &storagev1.StorageClass{}),
+			header: []string{"NAME", "PROVISIONER", "RECLAIMPOLICY", "VOLUMEBINDINGMODE", "ALLOWVOLUMEEXPANSION", "AGE"},
+			cells:  []any{"flotilla-local (default)", "flotilla.dev/local", "Delete", "WaitForFirstConsumer", false, age},
+		},
+		{
+			name: "storageclass not default",
+			gr:   schema.GroupResource{Group: "storage.k8s.io", Resource: "storageclasses"},
+			obj: obj(t, `
+metadata: {name: keep, annotations: {storageclass.kubernetes.io/is-default-class: "false"}}
+provisioner: example.com/nfs
+reclaimPolicy: Retain
+volumeBindingMode: Immediate
+allowVolumeExpansion: true
+`, &storagev1.StorageClass{}),
+			cells: []any{"keep", "example.com/nfs", "Retain", "Immediate", true, age},
 		},
 		{
 			name:   "networkpolicy",

@@ -14,6 +14,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
@@ -108,6 +109,10 @@ func groupValidators(opts Options) map[schema.GroupKind]Funcs {
 		admission("ValidatingAdmissionPolicyBinding"): {
 			Create: typed(ValidateValidatingAdmissionPolicyBinding),
 			Update: typed2(ValidateValidatingAdmissionPolicyBindingUpdate),
+		},
+		{Group: storagev1.GroupName, Kind: "StorageClass"}: {
+			Create: typed(ValidateStorageClass),
+			Update: typed2(ValidateStorageClassUpdate),
 		},
 	}
 }

@@ -71,6 +71,7 @@ func TestGroupValidatorsCoverKinds(t *testing.T) {
 		{Group: "events.k8s.io", Kind: "Event"},
 		{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicy"},
 		{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicyBinding"},
+		{Group: "storage.k8s.io", Kind: "StorageClass"},
 	}
 	for _, gk := range kinds {
 		f, ok := For(gk, DefaultOptions())

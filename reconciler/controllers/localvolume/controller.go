@@ -1,0 +1,202 @@
+// Package localvolume is the dynamic provisioner of the built-in flotilla-local StorageClass:
+// for a claim of a class whose provisioner is flotilla.dev/local, once the scheduler has picked
+// the consumer's node (annotation volume.kubernetes.io/selected-node), it creates a local
+// PersistentVolume pre-bound to the claim and pinned to that node. The volumebinding controller
+// then binds the pair; the node agent creates the directory when a pod mounts it. Released
+// volumes of reclaim policy Delete are deleted (the PV object: the directory's data is the
+// node's to remove).
+package localvolume
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/flotilla-dev/flotilla/reconciler/controllers"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/internal"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumebinding"
+)
+
+// Names of the built-in class and its provisioner.
+const (
+	// Provisioner is the provisioner name of classes this controller serves.
+	Provisioner = "flotilla.dev/local"
+	// ClassName is the StorageClass EnsureDefaultStorageClass creates.
+	ClassName = volumebinding.LocalClass
+	// DefaultPath is the directory under which volumes live when the class has no "path"
+	// parameter.
+	DefaultPath = "/var/lib/flotilla/volumes"
+	// ParamPath is the StorageClass parameter naming the volumes' parent directory.
+	ParamPath = "path"
+	// AnnProvisionedBy marks a volume with the provisioner that created it, as upstream.
+	AnnProvisionedBy = "pv.kubernetes.io/provisioned-by"
+	// AnnIsDefaultClass marks the default StorageClass.
+	AnnIsDefaultClass = "storageclass.kubernetes.io/is-default-class"
+)
+
+// Component is the event source of the controller.
+const Component = "flotilla-local-provisioner"
+
+const (
+	claimPrefix  = "claim:"
+	volumePrefix = "volume:"
+)
+
+// Controller provisions local volumes for claims of flotilla.dev/local classes.
+type Controller struct {
+	client   kubernetes.Interface
+	claims   corelisters.PersistentVolumeClaimLister
+	volumes  corelisters.PersistentVolumeLister
+	classes  storagelisters.StorageClassLister
+	synced   []cache.InformerSynced
+	queue    workqueue.TypedRateLimitingInterface[string]
+	recorder record.EventRecorder
+	log      *logrus.Entry
+}
+
+// New builds the controller and registers its informers on the shared factory.
+func New(cctx *controllers.Context) (*Controller, error) {
+	claimInf := cctx.Informers.Core().V1().PersistentVolumeClaims()
+	volumeInf := cctx.Informers.Core().V1().PersistentVolumes()
+	classInf := cctx.Informers.Storage().V1().StorageClasses()
+	c := &Controller{
+		client: cctx.Client, claims: claimInf.Lister(), volumes: volumeInf.Lister(), classes: classInf.Lister(),
+		synced: []cache.InformerSynced{claimInf.Informer().HasSynced, volumeInf.Informer().HasSynced, classInf.Informer().HasSynced},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "localvolume"}),
+		recorder: cctx.Recorder(Component),
+		log:      logrus.WithField("controller", "localvolume"),
+	}
+	if _, err := claimInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.claimChanged,
+		UpdateFunc: func(_, cur any) { c.claimChanged(cur) },
+		DeleteFunc: c.claimDeleted,
+	}); err != nil {
+		return nil, fmt.Errorf("persistentvolumeclaim handler: %w", err)
+	}
+	if _, err := volumeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.volumeChanged,
+		UpdateFunc: func(_, cur any) { c.volumeChanged(cur) },
+	}); err != nil {
+		return nil, fmt.Errorf("persistentvolume handler: %w", err)
+	}
+	// A claim may name a class created after it.
+	if _, err := classInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.classChanged,
+		UpdateFunc: func(_, cur any) { c.classChanged(cur) },
+	}); err != nil {
+		return nil, fmt.Errorf("storageclass handler: %w", err)
+	}
+	return c, nil
+}
+
+// Run makes sure the flotilla-local class exists, then provisions until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	// Retry until the API takes it: claims of the class wait for it anyway.
+	err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := EnsureDefaultStorageClass(ctx, c.client); err != nil {
+			c.log.WithError(err).Warn("ensure default StorageClass, will retry")
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil // ctx ended
+	}
+	return internal.RunWorkers(ctx, "localvolume", c.queue, workers, c.synced, c.sync)
+}
+
+// DefaultStorageClass is the flotilla-local class: node-local directories, provisioned once a
+// pod using the claim is scheduled, deleted with their claim.
+func DefaultStorageClass() *storagev1.StorageClass {
+	return &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        ClassName,
+			Annotations: map[string]string{AnnIsDefaultClass: "true"},
+		},
+		Provisioner:       Provisioner,
+		ReclaimPolicy:     new(corev1.PersistentVolumeReclaimDelete),
+		VolumeBindingMode: new(storagev1.VolumeBindingWaitForFirstConsumer),
+	}
+}
+
+// EnsureDefaultStorageClass creates the flotilla-local StorageClass unless a class of that
+// name exists. An existing class is left as it is, so an administrator may change its
+// annotations (for example to make another class the default).
+func EnsureDefaultStorageClass(ctx context.Context, client kubernetes.Interface) error {
+	classes := client.StorageV1().StorageClasses()
+	if _, err := classes.Get(ctx, ClassName, metav1.GetOptions{}); err == nil {
+		return nil
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get StorageClass %s: %w", ClassName, err)
+	}
+	if _, err := classes.Create(ctx, DefaultStorageClass(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create StorageClass %s: %w", ClassName, err)
+	}
+	logrus.WithField("storageclass", ClassName).Info("created default StorageClass")
+	return nil
+}
+
+func (c *Controller) sync(ctx context.Context, key string) error {
+	switch {
+	case strings.HasPrefix(key, claimPrefix):
+		return c.syncClaim(ctx, strings.TrimPrefix(key, claimPrefix))
+	case strings.HasPrefix(key, volumePrefix):
+		return c.syncVolume(ctx, strings.TrimPrefix(key, volumePrefix))
+	}
+	return nil
+}
+
+func (c *Controller) claimChanged(obj any) {
+	claim, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok || claim.Spec.VolumeName != "" {
+		return
+	}
+	c.queue.Add(claimPrefix + claim.Namespace + "/" + claim.Name)
+}
+
+// claimDeleted wakes the volume provisioned for the claim, so it is deleted once released.
+func (c *Controller) claimDeleted(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if claim, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+		c.queue.Add(volumePrefix + VolumeName(claim))
+	}
+}
+
+func (c *Controller) volumeChanged(obj any) {
+	pv, ok := obj.(*corev1.PersistentVolume)
+	if !ok || pv.Annotations[AnnProvisionedBy] != Provisioner {
+		return
+	}
+	c.queue.Add(volumePrefix + pv.Name)
+}
+
+func (c *Controller) classChanged(obj any) {
+	sc, ok := obj.(*storagev1.StorageClass)
+	if !ok || sc.Provisioner != Provisioner {
+		return
+	}
+	claims, _ := c.claims.List(labels.Everything())
+	for _, claim := range claims {
+		if claim.Spec.VolumeName == "" && volumebinding.ClaimClass(claim) == sc.Name {
+			c.claimChanged(claim)
+		}
+	}
+}

@@ -1,0 +1,215 @@
+package localvolume_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/flotilla-dev/flotilla/reconciler/controllers"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/internal/controllertest"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/localvolume"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumebinding"
+)
+
+const wait = 30 * time.Second
+
+func newClaim(name string, class *string, node string) *corev1.PersistentVolumeClaim {
+	c := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: class,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	if node != "" {
+		c.Annotations = map[string]string{volumebinding.AnnSelectedNode: node}
+	}
+	return c
+}
+
+// waitBound waits until the claim is Bound to pvc-<uid> and that volume is Bound.
+func waitBound(t *testing.T, client kubernetes.Interface, ns, name string) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
+	t.Helper()
+	ctx := context.Background()
+	var claim *corev1.PersistentVolumeClaim
+	var pv *corev1.PersistentVolume
+	controllertest.Eventually(t, wait, "claim "+name+" and its volume Bound", func() (bool, error) {
+		var err error
+		if claim, err = client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return false, err
+		}
+		if pv, err = client.CoreV1().PersistentVolumes().Get(ctx, localvolume.VolumeName(claim), metav1.GetOptions{}); err != nil {
+			return false, err
+		}
+		return claim.Status.Phase == corev1.ClaimBound && claim.Spec.VolumeName == pv.Name && pv.Status.Phase == corev1.VolumeBound, nil
+	})
+	return claim, pv
+}
+
+func TestLocalProvisioning(t *testing.T) {
+	_, client := controllertest.Start(t,
+		func(c *controllers.Context) (controllers.Runner, error) { return localvolume.New(c) },
+		volumebinding.New)
+	ctx := context.Background()
+
+	// Run creates the default class.
+	var sc *storagev1.StorageClass
+	controllertest.Eventually(t, wait, "StorageClass flotilla-local", func() (bool, error) {
+		var err error
+		sc, err = client.StorageV1().StorageClasses().Get(ctx, localvolume.ClassName, metav1.GetOptions{})
+		return err == nil, err
+	})
+	if sc.Provisioner != localvolume.Provisioner || ptr.Deref(sc.VolumeBindingMode, "") != storagev1.VolumeBindingWaitForFirstConsumer ||
+		ptr.Deref(sc.ReclaimPolicy, "") != corev1.PersistentVolumeReclaimDelete || sc.Annotations[localvolume.AnnIsDefaultClass] != "true" {
+		t.Fatalf("flotilla-local class: %+v", sc)
+	}
+
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-a", Labels: map[string]string{corev1.LabelHostname: "edge-a"}}}
+	if _, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ns := "lv"
+	controllertest.Namespace(t, client, ns)
+	claims := client.CoreV1().PersistentVolumeClaims(ns)
+
+	t.Run("default class, Delete", func(t *testing.T) {
+		// No class: the API server fills in the default class.
+		claim, err := claims.Create(ctx, newClaim("data", nil, ""), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ptr.Deref(claim.Spec.StorageClassName, "<nil>"); got != localvolume.ClassName {
+			t.Fatalf("storageClassName = %s, want the default %s", got, localvolume.ClassName)
+		}
+		// Nothing is provisioned before the scheduler picks a node.
+		time.Sleep(time.Second)
+		if _, err := client.CoreV1().PersistentVolumes().Get(ctx, localvolume.VolumeName(claim), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("volume exists before a node was selected (err %v)", err)
+		}
+		// Play the scheduler.
+		claim.Annotations = map[string]string{volumebinding.AnnSelectedNode: "edge-a"}
+		if _, err := claims.Update(ctx, claim, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		claim, pv := waitBound(t, client, ns, "data")
+		if pv.Spec.Local == nil || pv.Spec.Local.Path != localvolume.DefaultPath+"/"+pv.Name {
+			t.Errorf("local source %+v", pv.Spec.Local)
+		}
+		if pv.Annotations[localvolume.AnnProvisionedBy] != localvolume.Provisioner || pv.Spec.StorageClassName != localvolume.ClassName ||
+			pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
+			t.Errorf("volume %s: annotations %v class %q reclaim %s", pv.Name, pv.Annotations, pv.Spec.StorageClassName, pv.Spec.PersistentVolumeReclaimPolicy)
+		}
+		terms := pv.Spec.NodeAffinity.Required.NodeSelectorTerms
+		if len(terms) != 1 || len(terms[0].MatchExpressions) != 1 || terms[0].MatchExpressions[0].Key != corev1.LabelHostname ||
+			len(terms[0].MatchExpressions[0].Values) != 1 || terms[0].MatchExpressions[0].Values[0] != "edge-a" {
+			t.Errorf("node affinity %+v", terms)
+		}
+		if q := claim.Status.Capacity[corev1.ResourceStorage]; q.String() != "1Gi" {
+			t.Errorf("claim capacity %s", q.String())
+		}
+
+		if err := claims.Delete(ctx, "data", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		controllertest.Eventually(t, wait, "volume "+pv.Name+" deleted", func() (bool, error) {
+			_, err := client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			return false, err
+		})
+	})
+
+	t.Run("Retain class with path", func(t *testing.T) {
+		keep := &storagev1.StorageClass{
+			ObjectMeta:        metav1.ObjectMeta{Name: "local-keep"},
+			Provisioner:       localvolume.Provisioner,
+			Parameters:        map[string]string{localvolume.ParamPath: "/srv/keep"},
+			ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimRetain),
+			VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+		}
+		if _, err := client.StorageV1().StorageClasses().Create(ctx, keep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := claims.Create(ctx, newClaim("keep", ptr.To("local-keep"), "edge-a"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_, pv := waitBound(t, client, ns, "keep")
+		if pv.Spec.Local == nil || pv.Spec.Local.Path != "/srv/keep/"+pv.Name || pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain {
+			t.Errorf("volume %s: local %+v reclaim %s", pv.Name, pv.Spec.Local, pv.Spec.PersistentVolumeReclaimPolicy)
+		}
+		if err := claims.Delete(ctx, "keep", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		controllertest.Eventually(t, wait, "volume "+pv.Name+" Released", func() (bool, error) {
+			cur, err := client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+			return err == nil && cur.Status.Phase == corev1.VolumeReleased, err
+		})
+		// Retain: the volume stays Released.
+		time.Sleep(2 * time.Second)
+		cur, err := client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		if err != nil || cur.Status.Phase != corev1.VolumeReleased || cur.DeletionTimestamp != nil {
+			t.Fatalf("retained volume: %v phase %v", err, cur)
+		}
+	})
+
+	t.Run("class of another provisioner is ignored", func(t *testing.T) {
+		other := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "nfs"}, Provisioner: "example.com/nfs"}
+		if _, err := client.StorageV1().StorageClasses().Create(ctx, other, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		claim, err := claims.Create(ctx, newClaim("nfs", ptr.To("nfs"), "edge-a"), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		if _, err := client.CoreV1().PersistentVolumes().Get(ctx, localvolume.VolumeName(claim), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("volume provisioned for a class of another provisioner (err %v)", err)
+		}
+	})
+
+	t.Run("EnsureDefaultStorageClass is idempotent and keeps changes", func(t *testing.T) {
+		cur, err := client.StorageV1().StorageClasses().Get(ctx, localvolume.ClassName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Annotations[localvolume.AnnIsDefaultClass] = "false"
+		if _, err := client.StorageV1().StorageClasses().Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := localvolume.EnsureDefaultStorageClass(ctx, client); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := client.StorageV1().StorageClasses().Get(ctx, localvolume.ClassName, metav1.GetOptions{})
+		if err != nil || got.Annotations[localvolume.AnnIsDefaultClass] != "false" {
+			t.Fatalf("class after ensure: %v %v", err, got)
+		}
+		// No default class any more: a claim without a class keeps none.
+		claim, err := claims.Create(ctx, newClaim("nodefault", nil, ""), metav1.CreateOptions{})
+		if err != nil || claim.Spec.StorageClassName != nil {
+			t.Fatalf("claim without default class: %v class %v", err, claim.Spec.StorageClassName)
+		}
+		// An explicit "" is kept even when a default exists.
+		if err := client.StorageV1().StorageClasses().Delete(ctx, localvolume.ClassName, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := localvolume.EnsureDefaultStorageClass(ctx, client); err != nil {
+			t.Fatal(err)
+		}
+		claim, err = claims.Create(ctx, newClaim("noclass", ptr.To(""), ""), metav1.CreateOptions{})
+		if err != nil || ptr.Deref(claim.Spec.StorageClassName, "<nil>") != "" {
+			t.Fatalf("claim with class \"\": %v class %v", err, claim.Spec.StorageClassName)
+		}
+	})
+}

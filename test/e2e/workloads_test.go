@@ -1,0 +1,228 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+func readyAt(p *corev1.Pod) (time.Time, bool) {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func podNames(c kubernetes.Interface, ns, selector string) (map[string]corev1.Pod, error) {
+	pods, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]corev1.Pod{}
+	for _, p := range pods.Items {
+		out[p.Name] = p
+	}
+	return out, nil
+}
+
+func keys(m map[string]corev1.Pod) []string {
+	var k []string
+	for n := range m {
+		k = append(k, n)
+	}
+	sort.Strings(k)
+	return k
+}
+
+// TestWorkloadsOnHosts runs the spec's StatefulSet and DaemonSet examples and a Job and a
+// CronJob on real hosts: ordered creation and deletion, stable names, one daemon pod per host
+// (and one more when a host joins), parallel completions and scheduled Jobs.
+func TestWorkloadsOnHosts(t *testing.T) {
+	s := newSite(t, 4)
+	sideLoad(t, s)
+	// Three hosts now, the fourth joins later.
+	startHosts(t, s.Hosts[:3])
+	c := clientOf(t, s.Hosts[0])
+	waitFor(t, 2*time.Minute, "3 Ready nodes", func() (bool, string) {
+		n, state := readyNodes(s.Hosts[0])
+		return n == 3, state
+	})
+
+	t.Run("web.yaml: ordered start, ordered scale down, same name back", func(t *testing.T) {
+		applyExample(t, s.Hosts[0], "examples/web-statefulset")
+		var pods map[string]corev1.Pod
+		waitFor(t, 3*time.Minute, "web-0..2 Ready", func() (bool, string) {
+			var err error
+			if pods, err = podNames(c, "default", "app=nginx"); err != nil {
+				return false, err.Error()
+			}
+			ready := 0
+			for _, p := range pods {
+				if _, ok := readyAt(&p); ok {
+					ready++
+				}
+			}
+			return ready == 3, fmt.Sprintf("%d ready of %v", ready, keys(pods))
+		})
+		for i := 1; i < 3; i++ {
+			prev, cur := pods[fmt.Sprintf("web-%d", i-1)], pods[fmt.Sprintf("web-%d", i)]
+			prevReady, _ := readyAt(&prev)
+			// Timestamps have a one-second resolution.
+			if cur.CreationTimestamp.Time.Before(prevReady.Truncate(time.Second)) {
+				t.Errorf("%s created at %s, before %s was Ready at %s", cur.Name, cur.CreationTimestamp, prev.Name, prevReady)
+			}
+			if cur.Spec.Hostname != cur.Name || cur.Spec.Subdomain != "nginx" {
+				t.Errorf("%s: hostname %q subdomain %q", cur.Name, cur.Spec.Hostname, cur.Spec.Subdomain)
+			}
+		}
+
+		if out, err := s.Hosts[0].Kubectl(context.Background(), "", "scale", "statefulset", "web", "--replicas=1"); err != nil {
+			t.Fatalf("scale: %v %s", err, out)
+		}
+		var order []string
+		waitFor(t, 2*time.Minute, "only web-0 left", func() (bool, string) {
+			now, err := podNames(c, "default", "app=nginx")
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, n := range []string{"web-2", "web-1"} {
+				if _, ok := now[n]; !ok && !contains(order, n) {
+					order = append(order, n)
+				}
+				// web-1 must still be untouched while web-2 exists.
+				if p, ok := now["web-1"]; ok && p.DeletionTimestamp != nil {
+					if _, stillTwo := now["web-2"]; stillTwo {
+						t.Errorf("web-1 is being deleted while web-2 still exists")
+					}
+				}
+			}
+			return len(now) == 1, fmt.Sprint(keys(now))
+		})
+		if strings.Join(order, ",") != "web-2,web-1" {
+			t.Errorf("scale 3 -> 1 removed %v, want web-2 then web-1", order)
+		}
+
+		if out, err := s.Hosts[0].Kubectl(context.Background(), "", "scale", "statefulset", "web", "--replicas=2"); err != nil {
+			t.Fatalf("scale: %v %s", err, out)
+		}
+		var old corev1.Pod
+		waitFor(t, 2*time.Minute, "web-1 Ready again", func() (bool, string) {
+			now, err := podNames(c, "default", "app=nginx")
+			if err != nil {
+				return false, err.Error()
+			}
+			old = now["web-1"]
+			_, ok := readyAt(&old)
+			return ok, fmt.Sprint(keys(now))
+		})
+		if err := c.CoreV1().Pods("default").Delete(context.Background(), "web-1", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Minute, "a new web-1", func() (bool, string) {
+			p, err := getPod(c, "web-1")
+			if err != nil {
+				return false, err.Error()
+			}
+			_, ok := readyAt(p)
+			return p.UID != old.UID && ok, describe(p)
+		})
+	})
+
+	t.Run("DaemonSet: one pod per host, and one for a new host", func(t *testing.T) {
+		applyExample(t, s.Hosts[0], "examples/node-agent-daemonset")
+		perHost := func(want int) {
+			waitFor(t, 2*time.Minute, fmt.Sprintf("%d node-agent pods, one per host", want), func() (bool, string) {
+				pods, err := podNames(c, "kube-system", "app=node-agent")
+				if err != nil {
+					return false, err.Error()
+				}
+				nodes := map[string]bool{}
+				for _, p := range pods {
+					if _, ok := readyAt(&p); ok {
+						nodes[p.Spec.NodeName] = true
+					}
+				}
+				return len(nodes) == want && len(pods) == want, fmt.Sprintf("%d pods on %v", len(pods), nodes)
+			})
+		}
+		perHost(3)
+		for _, h := range s.Hosts[:3] {
+			if code, body, err := get("http://"+h.IP+":9100/healthz", ""); code != 200 {
+				t.Errorf("the daemon on %s (host network, :9100): %d %q %v", h.Name, code, body, err)
+			}
+		}
+		if err := s.Hosts[3].StartJoining(s.Hosts[:1]); err != nil {
+			t.Fatal(err)
+		}
+		perHost(4)
+	})
+
+	t.Run("Job with completions 5, parallelism 2", func(t *testing.T) {
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "five", Namespace: "default"},
+			Spec: batchv1.JobSpec{Completions: ptr.To(int32(5)), Parallelism: ptr.To(int32(2)),
+				Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+					Containers: []corev1.Container{tool("work", "sleep", "1s")}}}}}
+		if _, err := c.BatchV1().Jobs("default").Create(context.Background(), job, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		maxActive := int32(0)
+		waitFor(t, 3*time.Minute, "Job five Complete", func() (bool, string) {
+			j, err := c.BatchV1().Jobs("default").Get(context.Background(), "five", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			maxActive = max(maxActive, j.Status.Active)
+			for _, cond := range j.Status.Conditions {
+				if cond.Type == batchv1.JobComplete && cond.Status == corev1.ConditionTrue {
+					return j.Status.Succeeded == 5, fmt.Sprintf("succeeded %d", j.Status.Succeeded)
+				}
+			}
+			return false, fmt.Sprintf("active %d succeeded %d failed %d", j.Status.Active, j.Status.Succeeded, j.Status.Failed)
+		})
+		if maxActive > 2 {
+			t.Errorf("%d pods active at once with parallelism 2", maxActive)
+		}
+	})
+
+	t.Run("CronJob every minute creates Jobs", func(t *testing.T) {
+		cj := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Name: "tick", Namespace: "default"},
+			Spec: batchv1.CronJobSpec{Schedule: "* * * * *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{
+				Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyOnFailure,
+					Containers: []corev1.Container{tool("tick", "exit", "0", "tick")}}}}}}}
+		if _, err := c.BatchV1().CronJobs("default").Create(context.Background(), cj, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 150*time.Second, "a Job of CronJob tick completed", func() (bool, string) {
+			jobs, err := c.BatchV1().Jobs("default").List(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, j := range jobs.Items {
+				if strings.HasPrefix(j.Name, "tick-") && j.Status.Succeeded == 1 {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%d jobs", len(jobs.Items))
+		})
+	})
+}
+
+func contains(list []string, s string) bool {
+	for _, l := range list {
+		if l == s {
+			return true
+		}
+	}
+	return false
+}
