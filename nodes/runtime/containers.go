@@ -56,7 +56,7 @@ type ContainerConfig struct {
 	// HostNetwork runs the container in the host's network and UTS namespaces (hostNetwork
 	// pods); NetNSPath and Hostname are then ignored.
 	HostNetwork bool
-	Mounts                          []Mount
+	Mounts      []Mount
 	// User nil runs as the image's user.
 	User                       *User
 	ReadOnlyRootfs, Privileged bool

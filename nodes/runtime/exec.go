@@ -24,17 +24,24 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdin io.Re
 	if len(cmd) == 0 {
 		return -1, errors.New("exec: empty command")
 	}
+	// An RPC cut short by ctx reports "Unknown: context deadline exceeded": say what happened.
+	ctxErr := func(err error) error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("exec in container %s: %w", id, ctx.Err())
+		}
+		return err
+	}
 	cont, err := r.client.LoadContainer(ctx, id)
 	if err != nil {
-		return -1, notFound("exec in container "+id, err)
+		return -1, ctxErr(notFound("exec in container "+id, err))
 	}
 	task, err := cont.Task(ctx, nil)
 	if err != nil {
-		return -1, notFound("exec in container "+id+": not running", err)
+		return -1, ctxErr(notFound("exec in container "+id+": not running", err))
 	}
 	spec, err := cont.Spec(ctx)
 	if err != nil {
-		return -1, fmt.Errorf("exec in container %s: %w", id, err)
+		return -1, ctxErr(fmt.Errorf("exec in container %s: %w", id, err))
 	}
 	pspec := *spec.Process
 	pspec.Args = cmd
@@ -65,13 +72,6 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdin io.Re
 	opts := []cio.Opt{cio.WithStreams(in, stdout, stderr), cio.WithFIFODir(r.fifoDir())}
 	if tty {
 		opts = append(opts, cio.WithTerminal)
-	}
-	// An RPC cut short by ctx reports "Unknown: context deadline exceeded": say what happened.
-	ctxErr := func(err error) error {
-		if ctx.Err() != nil {
-			return fmt.Errorf("exec in container %s: %w", id, ctx.Err())
-		}
-		return err
 	}
 	execID := "exec-" + randomHex(6)
 	proc, err := task.Exec(ctx, execID, &pspec, cio.NewCreator(opts...))
