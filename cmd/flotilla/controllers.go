@@ -13,6 +13,7 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/endpointslice"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/garbagecollector"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/job"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/localvolume"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/namespace"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/nodeipam"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/nodelifecycle"
@@ -39,6 +40,7 @@ func controllerList(dataDir, clusterCIDR string) []controllers.Named {
 		{Name: "cronjob", New: cronjob.New, Workers: 1},
 		{Name: "servicelb", New: servicelb.New, Workers: 1},
 		{Name: "volumebinding", New: volumebinding.New, Workers: 2},
+		{Name: "localvolume", New: func(c *controllers.Context) (controllers.Runner, error) { return localvolume.New(c) }, Workers: 2},
 		{Name: "serviceaccount", New: serviceaccount.New, Workers: 1},
 		{Name: "garbagecollector", New: func(c *controllers.Context) (controllers.Runner, error) { return garbagecollector.New(c) }, Workers: 3},
 		{Name: "endpointslice", New: endpointslice.New, Workers: 3},

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -59,7 +60,19 @@ func TestWorkloadsOnHosts(t *testing.T) {
 		return n == 3, state
 	})
 
-	t.Run("web.yaml: ordered start, ordered scale down, same name back", func(t *testing.T) {
+	t.Run("web.yaml: ordered start, ordered scale down, same name and claim back", func(t *testing.T) {
+		// The local volumes are directories on this machine: remove them afterwards.
+		t.Cleanup(func() {
+			pvs, err := c.CoreV1().PersistentVolumes().List(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				return
+			}
+			for _, pv := range pvs.Items {
+				if pv.Spec.Local != nil && strings.HasPrefix(pv.Name, "pvc-") {
+					_ = os.RemoveAll(pv.Spec.Local.Path)
+				}
+			}
+		})
 		applyExample(t, s.Hosts[0], "examples/web-statefulset")
 		var pods map[string]corev1.Pod
 		waitFor(t, 3*time.Minute, "web-0..2 Ready", func() (bool, string) {
@@ -126,6 +139,10 @@ func TestWorkloadsOnHosts(t *testing.T) {
 			_, ok := readyAt(&old)
 			return ok, fmt.Sprint(keys(now))
 		})
+		claim, err := c.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "www-web-1", metav1.GetOptions{})
+		if err != nil || claim.Status.Phase != corev1.ClaimBound {
+			t.Fatalf("claim www-web-1 of web-1: %v %+v", err, claim)
+		}
 		if err := c.CoreV1().Pods("default").Delete(context.Background(), "web-1", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -137,6 +154,10 @@ func TestWorkloadsOnHosts(t *testing.T) {
 			_, ok := readyAt(p)
 			return p.UID != old.UID && ok, describe(p)
 		})
+		again, err := c.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "www-web-1", metav1.GetOptions{})
+		if err != nil || again.UID != claim.UID {
+			t.Errorf("the new web-1 must keep claim www-web-1 (%s): %v %+v", claim.UID, err, again)
+		}
 	})
 
 	t.Run("DaemonSet: one pod per host, and one for a new host", func(t *testing.T) {
