@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -70,6 +71,9 @@ func TestWorkloadsOnHosts(t *testing.T) {
 			for _, pv := range pvs.Items {
 				if pv.Spec.Local != nil && strings.HasPrefix(pv.Name, "pvc-") {
 					_ = os.RemoveAll(pv.Spec.Local.Path)
+					// The parents go too when nothing else is in them.
+					_ = os.Remove(filepath.Dir(pv.Spec.Local.Path))
+					_ = os.Remove(filepath.Dir(filepath.Dir(pv.Spec.Local.Path)))
 				}
 			}
 		})
