@@ -62,8 +62,17 @@ func TestWorkloadsOnHosts(t *testing.T) {
 	})
 
 	t.Run("web.yaml: ordered start, ordered scale down, same name and claim back", func(t *testing.T) {
-		// The local volumes are directories on this machine: remove them afterwards.
+		// The local volumes are directories on this machine: remove them afterwards, once no
+		// pod uses them any more (a running pod's host re-creates its volume directory).
 		t.Cleanup(func() {
+			_ = c.AppsV1().StatefulSets("default").Delete(context.Background(), "web", metav1.DeleteOptions{})
+			deadline := time.Now().Add(time.Minute)
+			for time.Now().Before(deadline) {
+				if pods, err := podNames(c, "default", "app=nginx"); err == nil && len(pods) == 0 {
+					break
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
 			pvs, err := c.CoreV1().PersistentVolumes().List(context.Background(), metav1.ListOptions{})
 			if err != nil {
 				return
