@@ -185,14 +185,8 @@ func (m *PodManager) podChanged(obj any) {
 // currentPod returns the pod object of uid, nil when it is gone.
 func (m *PodManager) currentPod(uid types.UID) *corev1.Pod {
 	m.mu.Lock()
-	key := m.keys[uid]
-	m.mu.Unlock()
-	ns, name, _ := cache.SplitMetaNamespaceKey(key)
-	pod, err := m.pods.Pods(ns).Get(name)
-	if err != nil || pod.UID != uid {
-		return nil
-	}
-	return pod
+	defer m.mu.Unlock()
+	return m.currentPodLocked(uid)
 }
 
 func (m *PodManager) workerDone(uid types.UID) {
