@@ -215,8 +215,9 @@ func TestServicesDNSAndIngress(t *testing.T) {
 		ctr := tool("app", "serve", "8080")
 		ctr.Env = []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
 		ctr.VolumeMounts = []corev1.VolumeMount{{Name: "ready", MountPath: "/ready", SubPathExpr: "$(POD_NAME)"}}
+		// An exec round trip can pass the default 1 s timeout on a loaded machine.
 		ctr.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/app", "exists", "/ready/ok"}}},
-			PeriodSeconds: 1, FailureThreshold: 1}
+			PeriodSeconds: 1, FailureThreshold: 1, TimeoutSeconds: 5}
 		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "flip", Namespace: "default"},
 			Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(2)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "flip"}},
 				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "flip"}},
@@ -249,23 +250,33 @@ func TestServicesDNSAndIngress(t *testing.T) {
 			}
 			return len(names) == 2, fmt.Sprint(names)
 		})
-		for _, n := range names {
-			if err := os.MkdirAll(filepath.Join(dir, n), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, n, "ok"), nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
 		url := "http://" + s.Hosts[1].IP + "/"
+		// Mark the current pods ready on every round: a pod replaced meanwhile gets its file too.
 		waitFor(t, 60*time.Second, "both flip pods answer", func() (bool, string) {
+			pods, err := c.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: "app=flip"})
+			if err != nil {
+				return false, err.Error()
+			}
+			names = names[:0]
+			for _, p := range pods.Items {
+				if p.DeletionTimestamp != nil {
+					continue
+				}
+				names = append(names, p.Name)
+				if err := os.MkdirAll(filepath.Join(dir, p.Name), 0o755); err != nil {
+					return false, err.Error()
+				}
+				if err := os.WriteFile(filepath.Join(dir, p.Name, "ok"), nil, 0o644); err != nil {
+					return false, err.Error()
+				}
+			}
 			seen := map[string]bool{}
 			for i := 0; i < 10; i++ {
 				if code, body, _ := get(url, "flip.example"); code == 200 {
 					seen[strings.Fields(body)[0]] = true
 				}
 			}
-			return len(seen) == 2, fmt.Sprint(seen)
+			return len(names) == 2 && len(seen) == 2, fmt.Sprint(names, seen)
 		})
 		if err := os.Remove(filepath.Join(dir, names[0], "ok")); err != nil {
 			t.Fatal(err)
