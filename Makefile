@@ -11,7 +11,8 @@ export CGO_ENABLED := 0
 export GOFLAGS     := -buildvcs=false
 
 # Debian packages needed at run time and by the tests (see ARCHITECTURE.md).
-DEB_PACKAGES := containerd runc containernetworking-plugins nftables iproute2 git ca-certificates
+DEB_PACKAGES := containerd runc containernetworking-plugins nftables iproute2 git ca-certificates \
+	qemu-system-x86 busybox-static
 
 KUBE_LDFLAGS := $(foreach p,k8s.io/client-go/pkg/version k8s.io/component-base/version,\
 	-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=37 \

@@ -63,6 +63,7 @@ type agentOptions struct {
 	nodeLabels     map[string]string
 	controllers    string
 	tolerationSecs int64
+	nodeGrace      time.Duration
 	gitURL         string
 	gitRef         string
 	gitPath        string
@@ -108,6 +109,7 @@ func newAgentCommand() *cobra.Command {
 	f.DurationVar(&o.replaceAfter, "voter-replace-after", 60*time.Second, "remove an etcd voter that gossip reports dead for this long")
 	f.StringVar(&o.controllers, "controllers", "*", "controllers this host runs when it leads: * for all, a comma list of names, or empty for none")
 	f.Int64Var(&o.tolerationSecs, "default-toleration-seconds", 300, "tolerationSeconds of the not-ready/unreachable NoExecute tolerations new pods get: how long pods stay on a failed host before eviction")
+	f.DurationVar(&o.nodeGrace, "node-monitor-grace-period", 40*time.Second, "how long a host may miss heartbeats (Lease renewals) before its Node goes Ready=Unknown and gets the unreachable taints")
 	f.StringVar(&o.gitURL, "git-url", "", "git repository the site deploys from (recorded as GitSource kube-system/root); file://, https://")
 	f.StringVar(&o.gitRef, "git-ref", "main", "branch (or tags/NAME, or a 40-hex commit) of --git-url")
 	f.StringVar(&o.gitPath, "git-path", "", "directory in the repository to render (kustomization.yaml or plain YAML)")
@@ -530,7 +532,7 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 			})
 		}()
 	}
-	enabled, err := selectControllers(o.controllers, dataDir, o.clusterCIDR)
+	enabled, err := selectControllers(o.controllers, controllerSettings{DataDir: dataDir, ClusterCIDR: o.clusterCIDR, NodeGrace: o.nodeGrace})
 	if err != nil {
 		return err
 	}

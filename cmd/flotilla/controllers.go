@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/flotilla-dev/flotilla/gitsync"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
@@ -25,9 +26,19 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/scheduler"
 )
 
-// controllerList is every controller the leader runs; dataDir holds gitsync's clones,
-// clusterCIDR is split into the hosts' pod CIDRs.
-func controllerList(dataDir, clusterCIDR string) []controllers.Named {
+// controllerSettings are the agent flags the controllers need.
+type controllerSettings struct {
+	// DataDir holds gitsync's clones.
+	DataDir string
+	// ClusterCIDR is split into the hosts' pod CIDRs.
+	ClusterCIDR string
+	// NodeGrace is how long a host may miss heartbeats before its Node goes Ready=Unknown.
+	NodeGrace time.Duration
+}
+
+// controllerList is every controller the leader runs.
+func controllerList(cs controllerSettings) []controllers.Named {
+	dataDir, clusterCIDR := cs.DataDir, cs.ClusterCIDR
 	return []controllers.Named{
 		{Name: "gitsync", New: func(c *controllers.Context) (controllers.Runner, error) {
 			return gitsync.NewWithConfig(c, gitsync.Config{CacheDir: filepath.Join(dataDir, "git")})
@@ -44,7 +55,13 @@ func controllerList(dataDir, clusterCIDR string) []controllers.Named {
 		{Name: "serviceaccount", New: serviceaccount.New, Workers: 1},
 		{Name: "garbagecollector", New: func(c *controllers.Context) (controllers.Runner, error) { return garbagecollector.New(c) }, Workers: 3},
 		{Name: "endpointslice", New: endpointslice.New, Workers: 3},
-		{Name: "nodelifecycle", New: nodelifecycle.New, Workers: 1},
+		{Name: "nodelifecycle", New: func(c *controllers.Context) (controllers.Runner, error) {
+			cfg := nodelifecycle.DefaultConfig()
+			if cs.NodeGrace > 0 {
+				cfg.GracePeriod = cs.NodeGrace
+			}
+			return nodelifecycle.NewWithConfig(c, cfg)
+		}, Workers: 1},
 		{Name: "scheduler", New: func(c *controllers.Context) (controllers.Runner, error) {
 			return scheduler.New(c, scheduler.Options{})
 		}, Workers: 1},
@@ -56,8 +73,8 @@ func controllerList(dataDir, clusterCIDR string) []controllers.Named {
 }
 
 // selectControllers returns the controllers named by --controllers.
-func selectControllers(spec, dataDir, clusterCIDR string) ([]controllers.Named, error) {
-	all := controllerList(dataDir, clusterCIDR)
+func selectControllers(spec string, cs controllerSettings) ([]controllers.Named, error) {
+	all := controllerList(cs)
 	spec = strings.TrimSpace(spec)
 	if spec == "*" {
 		return all, nil
