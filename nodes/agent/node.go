@@ -81,8 +81,12 @@ func RunNodeHeartbeat(ctx context.Context, client kubernetes.Interface, cfg Node
 	t := time.NewTicker(cfg.HeartbeatInterval)
 	defer t.Stop()
 	for {
+		// One attempt may not outlive the heartbeat interval: without quorum (a partition)
+		// writes hang, and the next attempt must start as soon as the site heals.
+		actx, cancel := context.WithTimeout(ctx, cfg.HeartbeatInterval)
+		failed := false
 		if !registered {
-			if err := registerNode(ctx, client, cfg); err != nil {
+			if err := registerNode(actx, client, cfg); err != nil {
 				log.WithError(err).Warn("register node")
 			} else {
 				registered = true
@@ -90,19 +94,24 @@ func RunNodeHeartbeat(ctx context.Context, client kubernetes.Interface, cfg Node
 			}
 		}
 		if registered {
-			if err := updateStatus(ctx, client, cfg); err != nil {
+			if err := updateStatus(actx, client, cfg); err != nil {
 				log.WithError(err).Debug("node status")
+				failed = true
 				if apierrors.IsNotFound(err) {
 					registered = false
 				}
 			}
-			if err := renewLease(ctx, client, cfg); err != nil {
+			if err := renewLease(actx, client, cfg); err != nil {
 				log.WithError(err).Debug("node lease")
+				failed = true
 			}
 		}
-		// Until the Node exists, retry every second rather than every heartbeat.
+		cancel()
+		// Until the Node exists, or after a failed write, retry every second rather than
+		// every heartbeat: a host back from a partition reports Ready before its pods'
+		// unreachable tolerations run out.
 		retry := t.C
-		if !registered {
+		if !registered || failed {
 			retry = time.After(time.Second)
 		}
 		select {

@@ -14,12 +14,47 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/flotilla-dev/flotilla/gitsync"
 	"github.com/flotilla-dev/flotilla/test/e2e/harness"
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
+
+// nodeGrace is the --node-monitor-grace-period of TestGitPushToDeploy's site.
+const nodeGrace = 20 * time.Second
+
+// nodeHealth returns the node's Ready status and its taints as key:effect.
+func nodeHealth(c kubernetes.Interface, name string) (corev1.ConditionStatus, map[string]bool) {
+	n, err := c.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return corev1.ConditionStatus(err.Error()), nil
+	}
+	taints := map[string]bool{}
+	for _, t := range n.Spec.Taints {
+		taints[t.Key+":"+string(t.Effect)] = true
+	}
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status, taints
+		}
+	}
+	return "", taints
+}
+
+// helloPods returns the hello pods by UID, with whether each is Ready and not terminating.
+func helloPods(c kubernetes.Interface) (map[string]bool, error) {
+	pods, err := c.CoreV1().Pods("hello").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, p := range pods.Items {
+		out[string(p.UID)] = p.DeletionTimestamp == nil && podReady(&p)
+	}
+	return out, nil
+}
 
 // prober loops GET requests over the ingress of the given hosts and counts failures.
 type prober struct {
@@ -92,8 +127,8 @@ func gitSource(t *testing.T, dyn dynamic.Interface) (ready, reason, msg, applied
 func TestGitPushToDeploy(t *testing.T) {
 	s := newSite(t, 3)
 	sideLoad(t, s)
-	// Short eviction so a dead host's pods move within the test.
-	startSite(t, s, "--default-toleration-seconds=5")
+	// Short grace and eviction so a dead host's pods move within the test.
+	startSite(t, s, "--default-toleration-seconds=5", "--node-monitor-grace-period="+nodeGrace.String())
 	c := clientOf(t, s.Hosts[0])
 	cfg, err := clientcmd.BuildConfigFromFlags("", s.Hosts[0].Kubeconfig())
 	if err != nil {
@@ -131,14 +166,17 @@ spec: {url: %q, ref: {branch: main}, interval: 3s}
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Run("a pushed change rolls out with no failed request", func(t *testing.T) {
+	t.Run("a pushed image change rolls out with no failed request", func(t *testing.T) {
 		p := startProber(s.Hosts)
 		time.Sleep(time.Second)
-		v2 := strings.Replace(deployment, `{name: VERSION, value: "v1"}`, `{name: VERSION, value: "v2"}`, 1)
-		if v2 == deployment {
-			t.Fatal("examples/hello/deployment.yaml no longer sets VERSION v1")
+		// hello:v2 (packed by hack/pack-images.sh) answers "version v2" unless VERSION says
+		// otherwise: the commit changes the image and drops the VERSION variable.
+		v2 := strings.Replace(deployment, "image: flotilla.local/hello:latest", "image: flotilla.local/hello:v2", 1)
+		v2 = strings.Replace(v2, `            - {name: VERSION, value: "v1"}`+"\n", "", 1)
+		if strings.Contains(v2, "hello:latest") || strings.Contains(v2, "VERSION") {
+			t.Fatal("examples/hello/deployment.yaml no longer uses hello:latest with VERSION v1")
 		}
-		rev, err := repo.Commit("hello v2", map[string]string{"deployment.yaml": v2})
+		rev, err := repo.Commit("hello v2 image", map[string]string{"deployment.yaml": v2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,6 +257,12 @@ spec: {url: %q, ref: {branch: main}, interval: 3s}
 		p := startProber(live)
 		victim.Kill()
 		start := time.Now()
+		waitFor(t, nodeGrace+15*time.Second, victim.Name+" Ready=Unknown with the unreachable taints", func() (bool, string) {
+			status, taints := nodeHealth(c, victim.Name)
+			return status == corev1.ConditionUnknown && taints["node.kubernetes.io/unreachable:NoSchedule"] &&
+				taints["node.kubernetes.io/unreachable:NoExecute"], fmt.Sprintf("Ready=%s taints %v", status, taints)
+		})
+		t.Logf("host killed -> Node Ready=Unknown with unreachable taints: %s (grace %s)", time.Since(start).Round(100*time.Millisecond), nodeGrace)
 		waitFor(t, 3*time.Minute, "3 available replicas, none on "+victim.Name, func() (bool, string) {
 			pods, err := c.CoreV1().Pods("hello").List(context.Background(), metav1.ListOptions{})
 			if err != nil {
@@ -261,5 +305,131 @@ spec: {url: %q, ref: {branch: main}, interval: 3s}
 			code, body, err := get("http://"+victim.IP+"/", "")
 			return code == 200, fmt.Sprint(code, body, err)
 		})
+	})
+
+	t.Run("partition a host: the majority keeps deploying, heal converges", func(t *testing.T) {
+		cut := s.Hosts[2]
+		liveDyn := dyn // s.Hosts[0]'s
+		if err := cut.Partition(); err != nil {
+			t.Fatal(err)
+		}
+		healed := false
+		defer func() {
+			if !healed {
+				cut.Heal()
+			}
+		}()
+		start := time.Now()
+		v3 := strings.Replace(deployment, `value: "v1"`, `value: "v3"`, 1)
+		rev, err := repo.Commit("hello v3 while "+cut.Name+" is cut off", map[string]string{"deployment.yaml": v3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 4*time.Minute, "v3 applied and answering through the majority's ingress", func() (bool, string) {
+			_, _, _, applied := gitSource(t, liveDyn)
+			d, err := c.AppsV1().Deployments("hello").Get(context.Background(), "hello", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			state := fmt.Sprintf("applied %s, updated %d available %d", applied, d.Status.UpdatedReplicas, d.Status.AvailableReplicas)
+			if !strings.HasSuffix(applied, rev) || d.Status.UpdatedReplicas != 3 || d.Status.AvailableReplicas < 3 {
+				return false, state
+			}
+			for _, h := range s.Hosts[:2] {
+				code, body, err := get("http://"+h.IP+"/", "")
+				if code != 200 || !strings.Contains(body, "version v3") {
+					return false, fmt.Sprint(state, "; ", h.Name, ": ", code, body, err)
+				}
+			}
+			return true, state
+		})
+		t.Logf("commit during a partition -> v3 answering through the majority: %s", time.Since(start).Round(100*time.Millisecond))
+		cut.Heal()
+		healed = true
+		start = time.Now()
+		cc := clientOf(t, cut)
+		cfg, err := clientcmd.BuildConfigFromFlags("", cut.Kubeconfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cutDyn := dynamic.NewForConfigOrDie(cfg)
+		waitFor(t, 3*time.Minute, cut.Name+" converged: Ready, sees v3 applied, its ingress answers v3", func() (bool, string) {
+			status, _ := nodeHealth(cc, cut.Name)
+			_, _, _, applied := gitSource(t, cutDyn)
+			code, body, err := get("http://"+cut.IP+"/", "")
+			return status == corev1.ConditionTrue && strings.HasSuffix(applied, rev) && code == 200 && strings.Contains(body, "version v3"),
+				fmt.Sprintf("Ready=%s applied %s ingress %d %q %v", status, applied, code, body, err)
+		})
+		t.Logf("heal -> %s converged: %s", cut.Name, time.Since(start).Round(100*time.Millisecond))
+	})
+
+	t.Run("partition every host from every other: no evictions", func(t *testing.T) {
+		waitFor(t, time.Minute, "3 ready hello pods and 3 Ready nodes", func() (bool, string) {
+			pods, err := helloPods(c)
+			if err != nil {
+				return false, err.Error()
+			}
+			n := 0
+			for _, ok := range pods {
+				if ok {
+					n++
+				}
+			}
+			nodes, state := readyNodes(s.Hosts[0])
+			return n == 3 && len(pods) == 3 && nodes == 3, fmt.Sprintf("%d/%d pods ready; %s", n, len(pods), state)
+		})
+		before, err := helloPods(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cutAt := time.Now()
+		if err := s.PartitionAll(); err != nil {
+			s.HealAll()
+			t.Fatal(err)
+		}
+		// Longer than the grace period plus the pods' 5 s tolerations: a controller that
+		// believed the others dead would evict now.
+		time.Sleep(nodeGrace + 15*time.Second)
+		s.HealAll()
+		start := time.Now()
+		waitFor(t, 3*time.Minute, "every Node Ready again without NoExecute taints", func() (bool, string) {
+			var state []string
+			for _, h := range s.Hosts {
+				status, taints := nodeHealth(c, h.Name)
+				state = append(state, fmt.Sprintf("%s Ready=%s %v", h.Name, status, taints))
+				if status != corev1.ConditionTrue || taints["node.kubernetes.io/unreachable:NoExecute"] || taints["node.kubernetes.io/not-ready:NoExecute"] {
+					return false, strings.Join(state, "; ")
+				}
+			}
+			return true, strings.Join(state, "; ")
+		})
+		t.Logf("heal -> every Node Ready: %s", time.Since(start).Round(100*time.Millisecond))
+		time.Sleep(8 * time.Second) // past the tolerations, in case a taint came and went
+		var after map[string]bool
+		waitFor(t, time.Minute, "the same 3 hello pods Ready", func() (bool, string) {
+			after, err = helloPods(c)
+			if err != nil {
+				return false, err.Error()
+			}
+			for uid, ok := range after {
+				if _, was := before[uid]; !was || !ok {
+					return false, fmt.Sprintf("before %v after %v", before, after)
+				}
+			}
+			return len(after) == len(before), fmt.Sprintf("before %v after %v", before, after)
+		})
+		evs, err := c.CoreV1().Events("hello").List(context.Background(), metav1.ListOptions{FieldSelector: "reason=TaintManagerEviction"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs.Items {
+			at := e.LastTimestamp.Time
+			if at.IsZero() {
+				at = e.EventTime.Time
+			}
+			if at.After(cutAt.Add(-time.Second)) {
+				t.Errorf("pod %s evicted around the partition: %s", e.InvolvedObject.Name, e.Message)
+			}
+		}
 	})
 }

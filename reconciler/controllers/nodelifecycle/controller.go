@@ -297,7 +297,15 @@ func (c *Controller) monitor(ctx context.Context) {
 		if disrupted {
 			c.log.WithField("nodes", notReady).Warn("all nodes unhealthy: suspecting a partition, evictions stopped")
 		} else {
-			c.log.WithFields(logrus.Fields{"ready": ready, "notReady": notReady}).Info("some nodes healthy again: evictions resumed")
+			// As upstream: leaving a full disruption gives every node a new grace period, so
+			// hosts whose heartbeats are a few seconds behind the first one back after a
+			// partition heals are not tainted and evicted for it.
+			c.mu.Lock()
+			for _, h := range c.health {
+				h.probe, h.stale = now, false
+			}
+			c.mu.Unlock()
+			c.log.WithFields(logrus.Fields{"ready": ready, "notReady": notReady}).Info("some nodes healthy again: evictions resumed, every node gets a new grace period")
 		}
 	}
 	for _, node := range nodes {

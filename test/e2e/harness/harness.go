@@ -307,10 +307,11 @@ func (h *Host) Partition() error {
 		if o == h {
 			continue
 		}
-		if err := run("ip", "-n", h.NetNS, "route", "add", "prohibit", o.IP+"/32"); err != nil {
+		// replace, not add: partitions of several hosts overlap.
+		if err := run("ip", "-n", h.NetNS, "route", "replace", "prohibit", o.IP+"/32"); err != nil {
 			return err
 		}
-		if err := run("ip", "-n", o.NetNS, "route", "add", "prohibit", h.IP+"/32"); err != nil {
+		if err := run("ip", "-n", o.NetNS, "route", "replace", "prohibit", h.IP+"/32"); err != nil {
 			return err
 		}
 	}
@@ -325,6 +326,23 @@ func (h *Host) Heal() {
 		}
 		_ = run("ip", "-n", h.NetNS, "route", "del", "prohibit", o.IP+"/32")
 		_ = run("ip", "-n", o.NetNS, "route", "del", "prohibit", h.IP+"/32")
+	}
+}
+
+// PartitionAll cuts every host off from every other host; HealAll undoes it.
+func (s *Site) PartitionAll() error {
+	for _, h := range s.Hosts {
+		if err := h.Partition(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// HealAll reverses PartitionAll (and any Partition).
+func (s *Site) HealAll() {
+	for _, h := range s.Hosts {
+		h.Heal()
 	}
 }
 
