@@ -293,6 +293,8 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 	}
 	defer func() { _ = gossip.Leave(time.Second) }()
 	deadSince := trackDead(ctx, gossip)
+	// Partitions longer than memberlist's 30 s of gossip to the dead need this to heal.
+	go gossip.Reconnect(5*time.Second, 24*time.Hour, ctx.Done())
 
 	var initialCluster string
 	adminTokenPath := filepath.Join(dataDir, "admin-token")
@@ -410,6 +412,8 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 	}
 	joinServer := &etcd.JoinServer{CA: ca, Token: token, AdminToken: adminToken, Client: etcdClient, Voters: o.etcdVoters}
 
+	// Git push webhooks may reach any host; the handler needs the API, so it gets a client below.
+	gitHook := gitsync.NewWebhook()
 	server, err := apiserver.New(apiserver.Config{
 		BindAddress:      listen,
 		Port:             o.apiPort,
@@ -423,7 +427,7 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 		},
 		Validation:               vopts,
 		DefaultTolerationSeconds: o.tolerationSecs,
-		Unauthenticated:          map[string]http.Handler{etcd.CACertsPath: joinServer, etcd.JoinPath: joinServer},
+		Unauthenticated:          map[string]http.Handler{etcd.CACertsPath: joinServer, etcd.JoinPath: joinServer, gitsync.WebhookPathPrefix: gitHook},
 		Nodes:                    apiserver.NodeConnection{CAFile: ca.CertFile(), Token: adminToken},
 	})
 	if err != nil {
@@ -435,6 +439,9 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 	go func() { apiDone <- server.Run(runCtx) }()
 
 	if err := waitReady(ctx, server, apiDone); err != nil {
+		return err
+	}
+	if err := gitHook.SetConfig(server.Loopback); err != nil {
 		return err
 	}
 	kubeconfigPath := filepath.Join(dataDir, "kubeconfig")
@@ -467,12 +474,14 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 		}
 		defer rt.Close()
 		nodeCfg.AgentPort = int32(o.agentPort)
+		// Computed once: a different feature set needs an agent restart (NDF-U3).
+		nodeCfg.DeclaredFeatures = agent.DeclaredFeatures(nodeCfg.KubeletVersion)
 		if v, err := rt.Client().Version(ctx); err == nil {
 			nodeCfg.RuntimeVersion = "containerd://" + v.Version
 		}
 		nodeCfg.Images = func(ctx context.Context) []corev1.ContainerImage { return agent.NodeImages(ctx, rt) }
 		go func() {
-			if err := runPods(runCtx, o, client, rt, dataDir, apiCert, apiKey, adminToken); err != nil && runCtx.Err() == nil {
+			if err := runPods(runCtx, o, client, rt, nodeCfg, dataDir, apiCert, apiKey, adminToken); err != nil && runCtx.Err() == nil {
 				log.WithError(err).Error("pods")
 			}
 		}()
@@ -544,6 +553,14 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 			lease = "flotilla-scheduler"
 		}
 		groups[lease] = append(groups[lease], c)
+	}
+	for _, c := range enabled {
+		if c.Name == "gitsync" {
+			// While another host leads, keep gitsync's clones warm for the day this one does.
+			go func() {
+				_ = gitsync.RunWarm(runCtx, server.Loopback, gitsync.WarmConfig{CacheDir: filepath.Join(dataDir, "git"), Identity: o.name, Lease: "flotilla-controllers"})
+			}()
+		}
 	}
 	for lease, list := range groups {
 		go func() {

@@ -57,7 +57,7 @@ func waitPodCIDR(ctx context.Context, client kubernetes.Interface, name string) 
 }
 
 // runPods runs the node agent's pod workers on rt until ctx ends.
-func runPods(ctx context.Context, o *agentOptions, client kubernetes.Interface, rt *runtime.Runtime, dataDir, certFile, keyFile, token string) error {
+func runPods(ctx context.Context, o *agentOptions, client kubernetes.Interface, rt *runtime.Runtime, node agent.NodeConfig, dataDir, certFile, keyFile, token string) error {
 	log := logrus.WithField("node", o.name)
 	go rt.WatchImageDir(ctx, filepath.Join(dataDir, "images"))
 	log.Info("waiting for this host's pod CIDR")
@@ -81,6 +81,7 @@ func runPods(ctx context.Context, o *agentOptions, client kubernetes.Interface, 
 		NodeName: o.name, DataDir: dataDir, HostIP: o.advertise,
 		ClusterDNS: o.clusterDNS, ClusterDomain: "cluster.local",
 		Runtime: rt, Network: netw,
+		DeclaredFeatures: node.DeclaredFeatures, AgentVersion: node.KubeletVersion,
 	})
 	go func() {
 		addr := net.JoinHostPort(o.listenAddress, strconv.Itoa(o.agentPort))

@@ -46,6 +46,9 @@ type NodeConfig struct {
 	// NoPods marks a host that runs no pods (agent --pods=false): its Node carries the
 	// NoSchedule taint TaintNoPods so nothing is scheduled there.
 	NoPods bool
+	// DeclaredFeatures is status.declaredFeatures (see DeclaredFeatures). The agent is
+	// authoritative: an edit by anyone else is overwritten at the next heartbeat.
+	DeclaredFeatures []string
 }
 
 // TaintNoPods is the taint of Nodes whose host runs no pods.
@@ -222,14 +225,14 @@ func updateStatus(ctx context.Context, client kubernetes.Interface, cfg NodeConf
 			}
 		}
 	}
-	// Keep what other writers own (images, volumes, declared features).
+	// Keep what other writers own (images, volumes).
 	want.Images = cur.Status.Images
 	if cfg.Images != nil {
 		want.Images = cfg.Images(ctx)
 	}
 	want.VolumesInUse = cur.Status.VolumesInUse
 	want.VolumesAttached = cur.Status.VolumesAttached
-	want.DeclaredFeatures = cur.Status.DeclaredFeatures
+	want.DeclaredFeatures = cfg.DeclaredFeatures
 	if want.NodeInfo.ContainerRuntimeVersion == "" {
 		want.NodeInfo.ContainerRuntimeVersion = cur.Status.NodeInfo.ContainerRuntimeVersion
 	}

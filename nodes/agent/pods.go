@@ -64,6 +64,11 @@ type PodConfig struct {
 	ResyncInterval time.Duration
 	// HostResolvConf is the host's resolver file (/etc/resolv.conf).
 	HostResolvConf string
+	// DeclaredFeatures are the host's Node status.declaredFeatures; a pod needing another
+	// feature is rejected (phase Failed) before it runs. AgentVersion is the version they are
+	// inferred for.
+	DeclaredFeatures []string
+	AgentVersion     string
 }
 
 // PodManager runs the pods bound to this host: one worker per pod, driven by the API

@@ -52,6 +52,8 @@ type podWorker struct {
 	postStartDone map[string]bool
 	waiting       map[string][2]string // container -> waiting reason, message
 	failed        [2]string
+	// admitted: the pod's declared-feature requirements were checked against this host's.
+	admitted bool
 	// lastStatus was written on top of resourceVersion lastBase.
 	lastStatus *corev1.PodStatus
 	lastBase   string
@@ -153,6 +155,24 @@ func (w *podWorker) sync(ctx context.Context, pod *corev1.Pod) error {
 			}
 		}
 		return nil
+	}
+	if !w.admitted {
+		// Checked once per worker, so after an agent restart with other features the
+		// running pods are admitted again (NDF-U9).
+		if missing, err := MissingFeatures(pod, w.m.cfg.DeclaredFeatures, w.m.cfg.AgentVersion); err != nil {
+			w.log.WithError(err).Warn("infer the pod's declared-feature requirements")
+		} else if len(missing) > 0 {
+			reason, msg := featureRejection(w.m.cfg.NodeName, missing)
+			w.event(pod, corev1.EventTypeWarning, reason, msg)
+			w.failed = [2]string{reason, msg}
+			snap, err := w.m.containers(ctx, false)
+			if err != nil {
+				return err
+			}
+			// Failed is final: the next sync stops whatever still runs.
+			return w.writeStatus(ctx, pod, attempts(snap[string(pod.UID)]), false)
+		}
+		w.admitted = true
 	}
 	if w.started.IsZero() {
 		w.started = time.Now()

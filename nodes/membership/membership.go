@@ -199,6 +199,44 @@ func (m *Membership) UpdateMeta(meta Meta) error {
 	return m.ml.UpdateNode(5 * time.Second)
 }
 
+// Reconnect tries, every interval until stop closes, to join again the members gossip saw
+// die or leave in the last forget period. After a partition longer than memberlist's
+// gossip-to-the-dead time (30 s) both sides have dropped each other and would never merge
+// again on their own; this is Serf's reconnect.
+func (m *Membership) Reconnect(interval, forget time.Duration, stop <-chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		for _, addr := range m.reconnectTargets(time.Now(), forget) {
+			if n, err := m.ml.Join([]string{addr}); n > 0 {
+				logrus.WithField("addr", addr).Info("gossip: reconnected to a member seen dead")
+			} else {
+				logrus.WithField("addr", addr).WithError(err).Debug("gossip: reconnect")
+			}
+		}
+	}
+}
+
+// reconnectTargets are the gossip addresses of members dead or left for less than forget.
+func (m *Membership) reconnectTargets(now time.Time, forget time.Duration) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for name, mem := range m.members {
+		if name == m.cfg.Name || (mem.State != Dead && mem.State != Left) || now.Sub(mem.Since) > forget {
+			continue
+		}
+		out = append(out, HostPort(mem.Addr, mem.Port))
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Leave announces a graceful departure and stops gossip; later calls do nothing.
 func (m *Membership) Leave(timeout time.Duration) error {
 	var err error

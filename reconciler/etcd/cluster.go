@@ -66,8 +66,25 @@ func (r *Reconciler) once(ctx context.Context) {
 		if !ok || m.ID == status.Header.MemberId || time.Since(since) < r.ReplaceAfter {
 			continue
 		}
+		if r.answers(ctx, m.ClientURLs) {
+			// Gossip can lag behind a healed partition; etcd itself is the proof of life.
+			continue
+		}
 		if _, err := r.Client.MemberRemove(ctx, m.ID); err == nil {
 			logrus.WithFields(logrus.Fields{"member": m.Name, "deadFor": time.Since(since).Round(time.Second)}).Warn("removed dead etcd voter")
 		}
 	}
+}
+
+// answers reports whether an etcd member answers a status request on one of its client URLs.
+func (r *Reconciler) answers(ctx context.Context, urls []string) bool {
+	for _, u := range urls {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := r.Client.Status(sctx, u)
+		cancel()
+		if err == nil {
+			return true
+		}
+	}
+	return false
 }

@@ -32,8 +32,13 @@ func newSite(t *testing.T, n int) *harness.Site {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
+			keep := os.Getenv("FLOTILLA_E2E_LOGS") // a folder to copy the hosts' whole logs to
 			for _, h := range s.Hosts {
 				t.Logf("---- %s log (tail) ----\n%s", h.Name, tailLines(h.Logs(), 40))
+				if keep != "" {
+					_ = os.MkdirAll(keep, 0o755)
+					_ = os.WriteFile(filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_")+"-"+h.Name+".log"), []byte(h.Logs()), 0o644)
+				}
 			}
 		}
 		s.Close()
@@ -389,6 +394,10 @@ func tailLines(s string, n int) string {
 	var keep []string
 	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
 		if len(l) > 5 && (l[0] == 'I' || l[0] == 'W') && l[1] >= '0' && l[1] <= '9' {
+			continue
+		}
+		// A client's retries while etcd is away say nothing about why.
+		if strings.Contains(l, "retrying of unary invoker failed") || strings.Contains(l, `"Unhandled Error"`) {
 			continue
 		}
 		keep = append(keep, l)
