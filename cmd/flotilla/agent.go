@@ -412,8 +412,6 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 	}
 	joinServer := &etcd.JoinServer{CA: ca, Token: token, AdminToken: adminToken, Client: etcdClient, Voters: o.etcdVoters}
 
-	// Git push webhooks may reach any host; the handler needs the API, so it gets a client below.
-	gitHook := gitsync.NewWebhook()
 	server, err := apiserver.New(apiserver.Config{
 		BindAddress:      listen,
 		Port:             o.apiPort,
@@ -427,7 +425,7 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 		},
 		Validation:               vopts,
 		DefaultTolerationSeconds: o.tolerationSecs,
-		Unauthenticated:          map[string]http.Handler{etcd.CACertsPath: joinServer, etcd.JoinPath: joinServer, gitsync.WebhookPathPrefix: gitHook},
+		Unauthenticated:          map[string]http.Handler{etcd.CACertsPath: joinServer, etcd.JoinPath: joinServer},
 		Nodes:                    apiserver.NodeConnection{CAFile: ca.CertFile(), Token: adminToken},
 	})
 	if err != nil {
@@ -439,9 +437,6 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 	go func() { apiDone <- server.Run(runCtx) }()
 
 	if err := waitReady(ctx, server, apiDone); err != nil {
-		return err
-	}
-	if err := gitHook.SetConfig(server.Loopback); err != nil {
 		return err
 	}
 	kubeconfigPath := filepath.Join(dataDir, "kubeconfig")
@@ -553,14 +548,6 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 			lease = "flotilla-scheduler"
 		}
 		groups[lease] = append(groups[lease], c)
-	}
-	for _, c := range enabled {
-		if c.Name == "gitsync" {
-			// While another host leads, keep gitsync's clones warm for the day this one does.
-			go func() {
-				_ = gitsync.RunWarm(runCtx, server.Loopback, gitsync.WarmConfig{CacheDir: filepath.Join(dataDir, "git"), Identity: o.name, Lease: "flotilla-controllers"})
-			}()
-		}
 	}
 	for lease, list := range groups {
 		go func() {
