@@ -21,7 +21,7 @@ LDFLAGS := -s -w $(KUBE_LDFLAGS) -X main.flotillaVersion=$(VERSION)
 
 GO_TEST_TIMEOUT ?= 25m
 
-.PHONY: all deps build kubectl images generate verify-generate test unit-test lint demo demo-down bench bench-api bench-scheduler bench-proxy clean
+.PHONY: all deps build kubectl images generate verify-generate test unit-test lint demo demo-down bench bench-api bench-scheduler bench-proxy bench-e2e clean
 
 all: build
 
@@ -73,7 +73,7 @@ demo-down:
 	FLOTILLA_BIN=$(BIN)/flotilla hack/demo.sh down
 
 ## bench: measurements that are too slow for `make test`; prints figures.
-bench: deps build kubectl bench-api bench-scheduler bench-proxy
+bench: deps build kubectl bench-api bench-scheduler bench-proxy bench-e2e
 
 bench-api: deps build kubectl
 	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl \
@@ -90,6 +90,12 @@ bench-scheduler: deps build
 bench-proxy: deps build
 	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench . -benchtime 3x -timeout 30m ./proxy/services/
 	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench . -timeout 10m ./proxy/dns/ ./proxy/ingress/
+
+## bench-e2e: a 3-host site: git commit -> new version answering through every ingress, and
+## the memory of each host with 50 pods on it (FLOTILLA_BENCH_PODS_PER_HOST, FLOTILLA_BENCH_ROUNDS).
+bench-e2e: deps build kubectl images
+	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl FLOTILLA_IMAGES=$(BIN)/images \
+		$(GO) test -run '^$$' -bench BenchmarkGitOps -benchtime 1x -timeout 40m ./test/e2e/
 
 clean:
 	rm -rf $(BIN)

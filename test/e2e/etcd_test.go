@@ -11,7 +11,7 @@ import (
 )
 
 // etcdClient talks to a host's etcd member with the site's client certificate.
-func etcdClient(t *testing.T, h *harness.Host) *clientv3.Client {
+func etcdClient(t testing.TB, h *harness.Host) *clientv3.Client {
 	t.Helper()
 	pki := filepath.Join(h.DataDir, "pki")
 	cli, err := etcd.NewClient([]string{"https://" + h.IP + ":2379"}, filepath.Join(pki, "ca.crt"), filepath.Join(pki, "etcd-client.crt"), filepath.Join(pki, "etcd-client.key"))

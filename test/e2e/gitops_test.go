@@ -103,7 +103,7 @@ func (p *prober) halt() (ok, failed int64, errs []string) {
 	return p.ok.Load(), p.failed.Load(), p.lastErrs
 }
 
-func gitSource(t *testing.T, dyn dynamic.Interface) (ready, reason, msg, applied string) {
+func gitSource(t testing.TB, dyn dynamic.Interface) (ready, reason, msg, applied string) {
 	t.Helper()
 	u, err := dyn.Resource(gitsync.GitSourceResource).Namespace("kube-system").Get(context.Background(), "site", metav1.GetOptions{})
 	if err != nil {

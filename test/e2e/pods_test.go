@@ -31,7 +31,7 @@ const (
 
 // imagesDir returns the example image tarballs: $FLOTILLA_IMAGES (set by make), or packed
 // now with hack/pack-images.sh.
-func imagesDir(t *testing.T) string {
+func imagesDir(t testing.TB) string {
 	t.Helper()
 	if d := os.Getenv("FLOTILLA_IMAGES"); d != "" {
 		return d
@@ -46,7 +46,7 @@ func imagesDir(t *testing.T) string {
 }
 
 // sideLoad puts the example images where every host's agent imports them.
-func sideLoad(t *testing.T, s *harness.Site) {
+func sideLoad(t testing.TB, s *harness.Site) {
 	t.Helper()
 	dir := imagesDir(t)
 	tars, _ := filepath.Glob(filepath.Join(dir, "*.tar"))
@@ -70,7 +70,7 @@ func sideLoad(t *testing.T, s *harness.Site) {
 	}
 }
 
-func clientOf(t *testing.T, h *harness.Host) kubernetes.Interface {
+func clientOf(t testing.TB, h *harness.Host) kubernetes.Interface {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig())
 	if err != nil {
@@ -113,7 +113,7 @@ func describe(p *corev1.Pod) string {
 	return s
 }
 
-func waitPod(t *testing.T, c kubernetes.Interface, name string, timeout time.Duration, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
+func waitPod(t testing.TB, c kubernetes.Interface, name string, timeout time.Duration, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	var last *corev1.Pod
 	waitFor(t, timeout, "pod "+name+" "+what, func() (bool, string) {
@@ -138,14 +138,14 @@ func newPod(name, node string, restart corev1.RestartPolicy, containers ...corev
 			TerminationGracePeriodSeconds: ptr.To(int64(10))}}
 }
 
-func create(t *testing.T, c kubernetes.Interface, p *corev1.Pod) {
+func create(t testing.TB, c kubernetes.Interface, p *corev1.Pod) {
 	t.Helper()
 	if _, err := c.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod %s: %v", p.Name, err)
 	}
 }
 
-func kubectlOut(t *testing.T, h *harness.Host, args ...string) string {
+func kubectlOut(t testing.TB, h *harness.Host, args ...string) string {
 	t.Helper()
 	out, err := h.Kubectl(context.Background(), "", args...)
 	if err != nil {
@@ -375,6 +375,55 @@ func TestPodsRunOnContainerd(t *testing.T) {
 			lat[9], lat[19], time.Since(start).Round(100*time.Millisecond))
 	})
 	// Last: it restarts host-3's agent (and with it that host's etcd member).
+	t.Run("declared features: listed on the Node, a pod needing another is refused", func(t *testing.T) {
+		node, err := c.CoreV1().Nodes().Get(context.Background(), s.Hosts[2].Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := node.Status.DeclaredFeatures; len(got) != 1 || got[0] != "ExtendWebSocketsToKubelet" {
+			t.Fatalf("status.declaredFeatures = %v, want [ExtendWebSocketsToKubelet]", got)
+		}
+		// The agent is authoritative: an edit is overwritten by the next heartbeat.
+		node.Status.DeclaredFeatures = []string{"ExtendWebSocketsToKubelet", "RestartAllContainersOnContainerExits"}
+		if _, err := c.CoreV1().Nodes().UpdateStatus(context.Background(), node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "the agent restores its declared features", func() (bool, string) {
+			n, err := c.CoreV1().Nodes().Get(context.Background(), s.Hosts[2].Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(n.Status.DeclaredFeatures) == 1, fmt.Sprint(n.Status.DeclaredFeatures)
+		})
+		// Fixture B.60: restart the whole pod on exit code 42, which needs
+		// RestartAllContainersOnContainerExits (not implemented by this agent).
+		never := corev1.ContainerRestartPolicy("Never")
+		rule := corev1.Container{Name: "main", Image: hello, ImagePullPolicy: corev1.PullIfNotPresent, RestartPolicy: &never,
+			RestartPolicyRules: []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestartAllContainers,
+				ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}}
+		create(t, c, newPod("needs-feature-bound", s.Hosts[2].Name, corev1.RestartPolicyNever, rule))
+		got := waitPod(t, c, "needs-feature-bound", 60*time.Second, "Failed by the node's admission", func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodFailed
+		})
+		if got.Status.Reason != "NodeDeclaredFeatures" || !strings.Contains(got.Status.Message, "RestartAllContainersOnContainerExits") {
+			t.Fatalf("refused pod status %q %q, want reason NodeDeclaredFeatures naming the feature", got.Status.Reason, got.Status.Message)
+		}
+		for _, cs := range got.Status.ContainerStatuses {
+			if cs.State.Running != nil || cs.State.Terminated != nil {
+				t.Fatalf("a refused pod must not have run: %+v", cs)
+			}
+		}
+		create(t, c, newPod("needs-feature", "", corev1.RestartPolicyNever, rule))
+		waitPod(t, c, "needs-feature", 60*time.Second, "Pending, unschedulable for the missing feature", func(p *corev1.Pod) bool {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && strings.Contains(cond.Message, "RestartAllContainersOnContainerExits") {
+					return p.Spec.NodeName == ""
+				}
+			}
+			return false
+		})
+	})
+
 	t.Run("agent restart keeps containers", func(t *testing.T) {
 		ids := map[string]string{}
 		pods, err := c.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=host-3"})

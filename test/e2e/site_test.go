@@ -17,7 +17,7 @@ import (
 )
 
 // newSite creates n hosts (not started) and removes them when the test ends.
-func newSite(t *testing.T, n int) *harness.Site {
+func newSite(t testing.TB, n int) *harness.Site {
 	t.Helper()
 	if err := harness.Preflight(); err != nil {
 		if framework.InCI() {
@@ -47,13 +47,13 @@ func newSite(t *testing.T, n int) *harness.Site {
 }
 
 // startSite starts host 1, then the others joining it, and waits for every API.
-func startSite(t *testing.T, s *harness.Site, extra ...string) time.Duration {
+func startSite(t testing.TB, s *harness.Site, extra ...string) time.Duration {
 	t.Helper()
 	return startHosts(t, s.Hosts, extra...)
 }
 
 // startHosts starts hosts[0], then the others joining it, and waits for every API.
-func startHosts(t *testing.T, hosts []*harness.Host, extra ...string) time.Duration {
+func startHosts(t testing.TB, hosts []*harness.Host, extra ...string) time.Duration {
 	t.Helper()
 	s := struct{ Hosts []*harness.Host }{hosts}
 	start := time.Now()
@@ -78,7 +78,7 @@ func startHosts(t *testing.T, hosts []*harness.Host, extra ...string) time.Durat
 	return time.Since(start)
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""
@@ -339,7 +339,7 @@ type writer struct {
 	done   chan struct{}
 }
 
-func startWriter(t *testing.T, h *harness.Host) *writer {
+func startWriter(t testing.TB, h *harness.Host) *writer {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &writer{cancel: cancel, done: make(chan struct{})}
 	go func() {

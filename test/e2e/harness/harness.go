@@ -491,3 +491,10 @@ func Load(path string, opts Options) (*Site, error) {
 	}
 	return s, nil
 }
+
+// PID is the agent's process ID (0 before Start).
+func (h *Host) PID() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.pid
+}

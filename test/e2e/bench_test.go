@@ -1,0 +1,207 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/flotilla-dev/flotilla/test/e2e/harness"
+	"github.com/flotilla-dev/flotilla/test/framework"
+)
+
+// BenchmarkGitOps measures a 3-host site end to end (make bench-e2e runs it with -benchtime 1x;
+// it does its own rounds):
+//   - git commit -> the new version's pods all Ready and the new version answering through the
+//     ingress of every host, with gitsync polling (interval 5 s);
+//   - the memory (RSS) of each host's agent, its containerd and its shims with
+//     FLOTILLA_BENCH_PODS_PER_HOST pods (default 50) running on every host.
+func BenchmarkGitOps(b *testing.B) {
+	rounds := envInt("FLOTILLA_BENCH_ROUNDS", 5)
+	perHost := envInt("FLOTILLA_BENCH_PODS_PER_HOST", 50)
+	s := newSite(b, 3)
+	sideLoad(b, s)
+	startSite(b, s)
+	c := clientOf(b, s.Hosts[0])
+	waitFor(b, 2*time.Minute, "3 Ready nodes", func() (bool, string) {
+		n, state := readyNodes(s.Hosts[0])
+		return n == 3, state
+	})
+	repo, err := harness.NewGitRepo(b.TempDir(), filepath.Join(framework.RepoRoot(), "examples", "hello"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	src := fmt.Sprintf(`apiVersion: flotilla.dev/v1alpha1
+kind: GitSource
+metadata: {name: site, namespace: kube-system}
+spec: {url: %q, ref: {branch: main}, interval: 5s}
+`, repo.URL())
+	if out, err := s.Hosts[0].Kubectl(context.Background(), src, "apply", "-f", "-"); err != nil {
+		b.Fatalf("apply GitSource: %v %s", err, out)
+	}
+	deployment, err := repo.Read("deployment.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	waitServing(b, c, s.Hosts, "v1", 3*time.Minute)
+
+	b.ResetTimer()
+	var took []time.Duration
+	for i := 0; i < rounds; i++ {
+		version := fmt.Sprintf("r%d", i+1)
+		next := strings.Replace(deployment, `value: "v1"`, fmt.Sprintf("value: %q", version), 1)
+		start := time.Now()
+		if _, err := repo.Commit("hello "+version, map[string]string{"deployment.yaml": next}); err != nil {
+			b.Fatal(err)
+		}
+		waitServing(b, c, s.Hosts, version, 3*time.Minute)
+		took = append(took, time.Since(start))
+		b.Logf("round %d: commit -> %s answering on every host: %s", i+1, version, took[i].Round(10*time.Millisecond))
+	}
+	b.StopTimer()
+	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+	b.ReportMetric(took[len(took)/2].Seconds(), "s-commit-to-serving-p50")
+	b.ReportMetric(took[len(took)-1].Seconds(), "s-commit-to-serving-max")
+	fmt.Printf("git commit -> all pods Ready and answering through every ingress (poll every 5 s, %d rounds): p50 %s, max %s\n",
+		rounds, took[len(took)/2].Round(10*time.Millisecond), took[len(took)-1].Round(10*time.Millisecond))
+
+	// Memory with perHost pods on every host.
+	load := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "load", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(perHost * len(s.Hosts))),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "load"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "load"}},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To(int64(1)),
+					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "kubernetes.io/hostname",
+						WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "load"}}}},
+					Containers: []corev1.Container{{Name: "sleep", Image: toolbox, ImagePullPolicy: corev1.PullIfNotPresent,
+						Args: []string{"sleep", "inf"},
+						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+							corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("4Mi")}}}},
+				},
+			},
+		},
+	}
+	start := time.Now()
+	if _, err := c.AppsV1().Deployments("default").Create(context.Background(), load, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	waitFor(b, 15*time.Minute, fmt.Sprintf("%d load pods available", perHost*len(s.Hosts)), func() (bool, string) {
+		n, state := availableReplicas(c, "default", "load")
+		return n == int32(perHost*len(s.Hosts)), state
+	})
+	fmt.Printf("%d pods (%d per host) created -> all available: %s\n", perHost*len(s.Hosts), perHost, time.Since(start).Round(100*time.Millisecond))
+	time.Sleep(10 * time.Second) // let probes and status writes settle
+	for _, h := range s.Hosts {
+		agent := rssKiB(h.PID())
+		ctrd, shims, nShims := 0, 0, 0
+		for _, pid := range pidsWithArg(h.DataDir) {
+			switch {
+			case strings.HasSuffix(comm(pid), "containerd") && ppid(pid) == h.PID():
+				ctrd += rssKiB(pid)
+			case strings.HasPrefix(comm(pid), "containerd-shim"):
+				shims += rssKiB(pid)
+				nShims++
+			}
+		}
+		fmt.Printf("%s with %d pods: agent RSS %d MiB, containerd %d MiB, %d shims %d MiB\n", h.Name, perHost, agent/1024, ctrd/1024, nShims, shims/1024)
+		b.ReportMetric(float64(agent)/1024, "MiB-agent-rss-"+h.Name)
+	}
+}
+
+// waitServing waits until the hello Deployment runs version everywhere: rolled out, and the
+// ingress of every host answers with it.
+func waitServing(t testing.TB, c kubernetes.Interface, hosts []*harness.Host, version string, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, "hello "+version+" serving on every host", func() (bool, string) {
+		d, err := c.AppsV1().Deployments("hello").Get(context.Background(), "hello", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		st := d.Status
+		if st.ObservedGeneration != d.Generation || st.UpdatedReplicas != 3 || st.AvailableReplicas != 3 || st.Replicas != 3 {
+			return false, fmt.Sprintf("updated %d available %d total %d", st.UpdatedReplicas, st.AvailableReplicas, st.Replicas)
+		}
+		for _, h := range hosts {
+			code, body, err := get("http://"+h.IP+"/", "")
+			if code != 200 || !strings.Contains(body, "version "+version) {
+				return false, fmt.Sprint(h.Name, ": ", code, body, err)
+			}
+		}
+		return true, ""
+	})
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// rssKiB is the resident set of a process (VmRSS), 0 if it is gone.
+func rssKiB(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	return 0
+}
+
+func comm(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(b))
+}
+
+func ppid(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command may hold spaces and parentheses: fields start after the last ')'.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
+}
+
+// pidsWithArg lists the processes whose command line mentions s (a host's data dir).
+func pidsWithArg(s string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && strings.Contains(string(cmd), s) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
