@@ -155,7 +155,7 @@ func New(cfg Config) (*Server, error) {
 	if err := nsLifecycle.ValidateInitialization(); err != nil {
 		return nil, fmt.Errorf("namespace lifecycle admission: %w", err)
 	}
-	gc.AdmissionControl = admission.NewChainHandler(nsLifecycle)
+	gc.AdmissionControl = admission.NewChainHandler(nsLifecycle, newNodeFeatureValidator(informerFactory))
 
 	completed := gc.Complete(informerFactory)
 	generic, err := completed.New("flotilla-apiserver", genericapiserver.NewEmptyDelegate())
