@@ -15,7 +15,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newAgentCommand(), newDevCommand(), newVersionCommand(), newImageCommand(), newLoggerCommand(), newResetCommand())
+	root.AddCommand(newAgentCommand(), newDevCommand(), newVersionCommand(), newImageCommand(), newLoggerCommand(), newResetCommand(), newPlanCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)

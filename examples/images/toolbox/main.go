@@ -138,7 +138,11 @@ func run(cmd string, args []string) int {
 		return lookup(arg(0), strings.ToUpper(arg(1)))
 	case "sleep":
 		if arg(0) == "inf" || arg(0) == "" {
-			select {}
+			// Until stopped (a bare select{} is a deadlock to the Go runtime).
+			stop := make(chan os.Signal, 1)
+			signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+			<-stop
+			return 0
 		}
 		d, err := time.ParseDuration(arg(0))
 		if err != nil {

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/flotilla-dev/flotilla/gitsync"
+)
+
+type planOptions struct {
+	kubeconfig string
+	source     string
+	path       string
+	output     string
+	detailed   bool
+}
+
+func newPlanCommand() *cobra.Command {
+	var o planOptions
+	cmd := &cobra.Command{
+		Use:   "plan [REPO_DIR]",
+		Short: "Show what gitsync would create, update and delete if REPO_DIR were the applied revision",
+		Long: `plan renders REPO_DIR (default .) at --path exactly as gitsync does. With --kubeconfig it
+server-side dry-runs every object as gitsync would apply it (nothing on the server changes)
+and compares the result with the live object; objects of the GitSource's inventory that are
+no longer rendered are listed as delete (or keep, with the reason). Without --kubeconfig it
+only renders and lists the objects.
+
+Exit status: 1 when rendering fails or an object is invalid; with --detailed-exitcode, 2
+when the plan is valid and changes something, 0 when it changes nothing.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			repo := "."
+			if len(args) == 1 {
+				repo = args[0]
+			}
+			code, err := runPlan(cmd.Context(), o, repo, cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				// main maps every error to 1; 2 ("valid, with changes") is not an error.
+				os.Exit(code)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the site to compare with; without it the plan only renders (offline)")
+	f.StringVar(&o.source, "source", gitsync.DefaultPlanSource, "GitSource NAMESPACE/NAME whose inventory, path and label the plan uses")
+	f.StringVar(&o.path, "path", "", "directory in the repository to render (default: the GitSource's spec.path, offline the root)")
+	f.StringVar(&o.output, "output", "text", "output format: text, markdown (for a pull-request comment) or json")
+	f.BoolVar(&o.detailed, "detailed-exitcode", false, "exit 2 when the plan is valid and has changes, 0 when it has none")
+	return cmd
+}
+
+// runPlan writes the plan to out and returns the exit status; errors are for failures
+// to render or to reach the API (exit 1), an invalid object returns an error after the
+// plan is written.
+func runPlan(ctx context.Context, o planOptions, repo string, out io.Writer) (int, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	switch o.output {
+	case "text", "markdown", "json":
+	default:
+		return 1, fmt.Errorf("--output %q: want text, markdown or json", o.output)
+	}
+	var (
+		p   *gitsync.Plan
+		err error
+	)
+	if o.kubeconfig == "" {
+		p, err = gitsync.PlanOffline(repo, o.path)
+	} else {
+		var a *gitsync.Applier
+		if a, err = planApplier(o.kubeconfig); err != nil {
+			return 1, err
+		}
+		p, err = a.Plan(ctx, gitsync.PlanOptions{RepoDir: repo, Path: o.path, Source: o.source})
+	}
+	if err != nil {
+		return 1, fmt.Errorf("plan %s: %w", repo, err)
+	}
+	switch o.output {
+	case "json":
+		b, err := p.JSON()
+		if err != nil {
+			return 1, err
+		}
+		_, err = fmt.Fprintf(out, "%s\n", b)
+		if err != nil {
+			return 1, err
+		}
+	case "markdown":
+		if _, err := io.WriteString(out, p.Markdown()); err != nil {
+			return 1, err
+		}
+	default:
+		if _, err := io.WriteString(out, p.Text()); err != nil {
+			return 1, err
+		}
+	}
+	code := p.ExitCode(o.detailed)
+	if code == 1 {
+		return 1, fmt.Errorf("%d object(s) failed validation: gitsync would apply nothing of this revision; fix them", p.Counts().Invalid)
+	}
+	return code, nil
+}
+
+func planApplier(kubeconfig string) (*gitsync.Applier, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
+	}
+	// One dry-run and one get per object: client-go's default 5 QPS would make a large
+	// repository take minutes.
+	cfg.QPS, cfg.Burst = 50, 100
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("discovery client: %w", err)
+	}
+	return &gitsync.Applier{Dynamic: dyn, Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))}, nil
+}

@@ -1,0 +1,396 @@
+package gitsync
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
+)
+
+// PlanAction is what gitsync would do with one object.
+type PlanAction string
+
+// Plan actions.
+const (
+	PlanCreate    PlanAction = "create"
+	PlanUpdate    PlanAction = "update"
+	PlanUnchanged PlanAction = "unchanged"
+	PlanDelete    PlanAction = "delete"
+	PlanKeep      PlanAction = "keep"
+	PlanInvalid   PlanAction = "invalid"
+	// PlanRendered is an object listed by an offline plan (not compared with a cluster).
+	PlanRendered PlanAction = "rendered"
+)
+
+// PlanItem is one object of a plan.
+type PlanItem struct {
+	Action     PlanAction `json:"action"`
+	File       string     `json:"file,omitempty"`
+	APIVersion string     `json:"apiVersion,omitempty"`
+	Kind       string     `json:"kind"`
+	Namespace  string     `json:"namespace,omitempty"`
+	Name       string     `json:"name"`
+	// Changes are the fields that differ (update), or the fields git sets (create).
+	Changes []FieldChange `json:"changes,omitempty"`
+	// Reason says why an object is kept, or, for an invalid object, is gitsync's
+	// failure line "file: Kind namespace/name: field: message".
+	Reason string `json:"reason,omitempty"`
+}
+
+// Plan is what gitsync would do if the rendered tree were applied now.
+type Plan struct {
+	// Source is the GitSource ("namespace/name") the plan was made for.
+	Source string `json:"source"`
+	// Path is the directory rendered, relative to the repository root.
+	Path string `json:"path"`
+	// Offline plans only render; nothing was compared with a cluster.
+	Offline  bool       `json:"offline"`
+	Items    []PlanItem `json:"items"`
+	Warnings []string   `json:"warnings,omitempty"`
+}
+
+// PlanCounts counts a plan's items per action.
+type PlanCounts struct {
+	Create, Update, Unchanged, Delete, Keep, Invalid, Rendered int
+}
+
+// Counts counts the items per action.
+func (p *Plan) Counts() PlanCounts {
+	var c PlanCounts
+	for _, it := range p.Items {
+		switch it.Action {
+		case PlanCreate:
+			c.Create++
+		case PlanUpdate:
+			c.Update++
+		case PlanUnchanged:
+			c.Unchanged++
+		case PlanDelete:
+			c.Delete++
+		case PlanKeep:
+			c.Keep++
+		case PlanInvalid:
+			c.Invalid++
+		case PlanRendered:
+			c.Rendered++
+		}
+	}
+	return c
+}
+
+// HasChanges reports whether applying the plan would create, update or delete anything.
+func (p *Plan) HasChanges() bool {
+	c := p.Counts()
+	return c.Create+c.Update+c.Delete > 0
+}
+
+// ExitCode is the exit status of `flotilla plan`: 1 when an object is invalid (gitsync
+// would apply nothing of the revision); with detailed, 2 for a valid plan with changes and
+// 0 without, like terraform plan -detailed-exitcode; otherwise 0.
+func (p *Plan) ExitCode(detailed bool) int {
+	switch {
+	case p.Counts().Invalid > 0:
+		return 1
+	case detailed && p.HasChanges():
+		return 2
+	default:
+		return 0
+	}
+}
+
+// PlanOptions says what to plan.
+type PlanOptions struct {
+	// RepoDir is the work tree of the repository (the pull request's checkout).
+	RepoDir string
+	// Path is the directory in the repository to render; empty: the GitSource's
+	// spec.path (the repository root when the source does not exist).
+	Path string
+	// Source is the GitSource "namespace/name" whose inventory and label the plan uses.
+	Source string
+}
+
+// DefaultPlanSource is the agent's bootstrap GitSource.
+const DefaultPlanSource = "kube-system/root"
+
+// PlanOffline renders dir in the repository at root exactly as gitsync would and lists
+// the objects, without a cluster.
+func PlanOffline(root, dir string) (*Plan, error) {
+	objs, err := Render(root, dir)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{Path: planCleanPath(dir), Offline: true, Items: []PlanItem{}}
+	for _, o := range objs {
+		p.Items = append(p.Items, planItem(PlanRendered, o))
+	}
+	return p, nil
+}
+
+// Plan renders opts.Path in opts.RepoDir as gitsync would, server-side dry-runs every object
+// as gitsync's field manager with the source's label, and compares each result with the
+// live object. Inventory entries of the source that are no longer rendered are listed as
+// delete, or keep with the reason when gitsync's prune protections apply. The server is
+// not changed. A render failure is returned as an error; invalid objects are items.
+func (a *Applier) Plan(ctx context.Context, opts PlanOptions) (*Plan, error) {
+	srcNS, srcName, err := planSplitSource(opts.Source)
+	if err != nil {
+		return nil, err
+	}
+	source := srcNS + "." + srcName
+	p := &Plan{Source: srcNS + "/" + srcName, Items: []PlanItem{}}
+
+	gs, err := a.getSource(ctx, srcNS, srcName)
+	if err != nil {
+		return nil, err
+	}
+	path := opts.Path
+	if gs == nil {
+		p.Warnings = append(p.Warnings, fmt.Sprintf("GitSource %s not found: nothing to prune, every object is compared as if it applied it", p.Source))
+	} else if path == "" {
+		path = gs.Spec.Path
+	}
+	p.Path = planCleanPath(path)
+
+	objs, err := Render(opts.RepoDir, path)
+	if err != nil {
+		return nil, err
+	}
+	objs, fails := a.Prepare(objs, source)
+	for _, f := range fails {
+		p.Items = append(p.Items, PlanItem{Action: PlanInvalid, Reason: f})
+	}
+	for _, o := range objs {
+		it, err := a.planObject(ctx, o, source)
+		if err != nil {
+			return nil, err
+		}
+		p.Items = append(p.Items, it)
+	}
+
+	if gs != nil && gs.Status.Inventory != nil {
+		prune := gs.Spec.Prune == nil || *gs.Spec.Prune
+		items, err := a.planPrune(ctx, Stale(gs.Status.Inventory.Entries, Inventory(objs)), source, prune)
+		if err != nil {
+			return nil, err
+		}
+		p.Items = append(p.Items, items...)
+	}
+	// What needs a reviewer's attention first; apply order within each action.
+	slices.SortStableFunc(p.Items, func(x, y PlanItem) int {
+		return slices.Index(planActionOrder, x.Action) - slices.Index(planActionOrder, y.Action)
+	})
+	return p, nil
+}
+
+var planActionOrder = []PlanAction{PlanInvalid, PlanCreate, PlanUpdate, PlanDelete, PlanKeep, PlanUnchanged}
+
+func planSplitSource(s string) (ns, name string, err error) {
+	if s == "" {
+		s = DefaultPlanSource
+	}
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("source %q: want NAMESPACE/NAME of a GitSource, like %s", s, DefaultPlanSource)
+	}
+	return ns, name, nil
+}
+
+func planCleanPath(p string) string {
+	p = strings.Trim(strings.TrimPrefix(p, "./"), "/")
+	if p == "" {
+		return "."
+	}
+	return p
+}
+
+// getSource returns the GitSource, or nil when it does not exist.
+func (a *Applier) getSource(ctx context.Context, ns, name string) (*v1alpha1.GitSource, error) {
+	u, err := a.Dynamic.Resource(GitSourceResource).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get GitSource %s/%s: %w", ns, name, err)
+	}
+	var gs v1alpha1.GitSource
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &gs); err != nil {
+		return nil, fmt.Errorf("decode GitSource %s/%s: %w", ns, name, err)
+	}
+	return &gs, nil
+}
+
+func planItem(action PlanAction, o Object) PlanItem {
+	return PlanItem{Action: action, File: o.File, APIVersion: o.Obj.GetAPIVersion(), Kind: o.Obj.GetKind(),
+		Namespace: o.Obj.GetNamespace(), Name: o.Obj.GetName()}
+}
+
+// planMapping is Applier.mapping: a kind the cached discovery does not know yet may have
+// been added since (a CRD), so the mapper is reset once.
+func (a *Applier) planMapping(gvk schema.GroupVersionKind) (*meta.RESTMapping, error) {
+	m, err := a.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil && meta.IsNoMatchError(err) {
+		if r, ok := a.Mapper.(resetMapper); ok {
+			r.Reset()
+			m, err = a.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		}
+	}
+	return m, err
+}
+
+// planObject dry-runs o exactly as Apply would patch it and compares the result with the
+// live object. Errors are returned only when the API could not be asked at all.
+func (a *Applier) planObject(ctx context.Context, o Object, source string) (PlanItem, error) {
+	it := planItem(PlanUnchanged, o)
+	m, err := a.planMapping(o.Obj.GroupVersionKind())
+	if err != nil {
+		return it, fmt.Errorf("%s: %w", describe(o), err)
+	}
+	nsRes := a.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"})
+	ri := a.Dynamic.Resource(m.Resource)
+	var res, liveRes dynamic.ResourceInterface = ri, ri
+	sent := o.Obj
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		ns := sent.GetNamespace()
+		liveRes = ri.Namespace(ns)
+		// As Validate does: a namespace this revision creates does not exist yet, so the
+		// object is checked in "default" (and is certainly a create).
+		if _, err := nsRes.Get(ctx, ns, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			sent = sent.DeepCopy()
+			sent.SetNamespace("default")
+			ns = "default"
+		} else if err != nil {
+			return it, fmt.Errorf("%s: get namespace: %w", describe(o), err)
+		}
+		res = ri.Namespace(ns)
+	}
+	var live *unstructured.Unstructured
+	if sent.GetNamespace() == o.Obj.GetNamespace() {
+		live, err = liveRes.Get(ctx, o.Obj.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			live = nil
+		} else if err != nil {
+			return it, fmt.Errorf("%s: get: %w", describe(o), err)
+		}
+	}
+	// Apply marks a Namespace it creates (or created before) as the source's.
+	if o.Obj.GroupVersionKind().GroupKind() == (schema.GroupKind{Kind: "Namespace"}) &&
+		(live == nil || live.GetAnnotations()[CreatedByAnnotation] == source) {
+		sent = sent.DeepCopy()
+		ann := sent.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[CreatedByAnnotation] = source
+		sent.SetAnnotations(ann)
+	}
+	b, err := json.Marshal(sent.Object)
+	if err != nil {
+		return it, err
+	}
+	force := true
+	result, err := res.Patch(ctx, sent.GetName(), types.ApplyPatchType, b, metav1.PatchOptions{
+		FieldManager: FieldManager, Force: &force, FieldValidation: "Strict", DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		if ctx.Err() != nil {
+			return it, ctx.Err()
+		}
+		it.Action = PlanInvalid
+		// gitsync's own failure line, so the plan reads like the status will.
+		if lines := a.Validate(ctx, []Object{o}); len(lines) > 0 {
+			it.Reason = lines[0]
+		} else {
+			it.Reason = describe(o) + ": " + err.Error()
+		}
+		return it, nil
+	}
+	if live == nil {
+		it.Action = PlanCreate
+		// What git sets, in the object's own namespace (not the one it was checked in).
+		shown := sent.DeepCopy()
+		shown.SetNamespace(o.Obj.GetNamespace())
+		it.Changes = DiffObjects(nil, shown.Object)
+		return it, nil
+	}
+	if it.Changes = DiffObjects(live.Object, result.Object); len(it.Changes) > 0 {
+		it.Action = PlanUpdate
+	}
+	return it, nil
+}
+
+// planProtectedNamespaces mirrors prune.go's protectedNamespaces.
+var planProtectedNamespaces = []string{"default", "kube-system", "kube-public", "kube-node-lease"}
+
+// PruneKeepReason says why gitsync's Prune would keep the live object of a stale inventory
+// entry for source, or "" when it would delete it.
+func PruneKeepReason(live *unstructured.Unstructured, source string) string {
+	isNS := live.GroupVersionKind().GroupKind() == (schema.GroupKind{Kind: "Namespace"})
+	switch {
+	case live.GetLabels()[SourceLabel] != source:
+		return fmt.Sprintf("label %s is %q, not %q: the object is no longer this source's", SourceLabel, live.GetLabels()[SourceLabel], source)
+	case live.GetAnnotations()[PruneAnnotation] == "disabled":
+		return "annotated " + PruneAnnotation + ": disabled"
+	case isNS && slices.Contains(planProtectedNamespaces, live.GetName()):
+		return "namespace " + live.GetName() + " is never pruned"
+	case isNS && live.GetAnnotations()[CreatedByAnnotation] != source:
+		return "namespace was not created by this source (no " + CreatedByAnnotation + ": " + source + ")"
+	}
+	return ""
+}
+
+// planPrune lists what Prune would do with the stale entries, without deleting.
+func (a *Applier) planPrune(ctx context.Context, stale []v1alpha1.ResourceRef, source string, prune bool) ([]PlanItem, error) {
+	var out []PlanItem
+	for _, ref := range stale {
+		ns, name, gvk, err := planParseID(ref)
+		if err != nil {
+			return nil, err
+		}
+		it := PlanItem{Action: PlanDelete, APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Namespace: ns, Name: name}
+		m, err := a.planMapping(gvk)
+		if err != nil {
+			it.Action, it.Reason = PlanKeep, "kind "+gvk.String()+" is no longer served"
+			out = append(out, it)
+			continue
+		}
+		var res dynamic.ResourceInterface = a.Dynamic.Resource(m.Resource)
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			res = a.Dynamic.Resource(m.Resource).Namespace(ns)
+		}
+		live, err := res.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue // already gone: nothing will change
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get %s: %w", ref.ID, err)
+		}
+		switch reason := PruneKeepReason(live, source); {
+		case !prune:
+			it.Action, it.Reason = PlanKeep, "spec.prune is false on the GitSource"
+		case reason != "":
+			it.Action, it.Reason = PlanKeep, reason
+		}
+		out = append(out, it)
+	}
+	return out, nil
+}
+
+// planParseID is prune.go's parseID: "<namespace>_<name>_<group>_<kind>".
+func planParseID(ref v1alpha1.ResourceRef) (ns, name string, gvk schema.GroupVersionKind, err error) {
+	p := strings.Split(ref.ID, "_")
+	if len(p) != 4 {
+		return "", "", gvk, fmt.Errorf("inventory id %q: want <namespace>_<name>_<group>_<kind>", ref.ID)
+	}
+	return p[0], p[1], schema.GroupVersionKind{Group: p[2], Version: ref.Version, Kind: p[3]}, nil
+}

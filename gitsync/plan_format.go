@@ -1,0 +1,204 @@
+package gitsync
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// MarkdownLimit keeps a markdown plan under GitHub's 65,536-character comment limit:
+// diffs past it are left out with a note.
+const MarkdownLimit = 60000
+
+var planSymbols = map[PlanAction]string{
+	PlanCreate: "+", PlanUpdate: "~", PlanDelete: "-", PlanKeep: "=", PlanUnchanged: " ", PlanInvalid: "!", PlanRendered: "*",
+}
+
+// Summary is the plan's one-line count, e.g. "Plan: 1 to create, 2 to update, 0 to delete,
+// 5 unchanged, 1 kept, 1 invalid."
+func (p *Plan) Summary() string {
+	c := p.Counts()
+	if p.Offline {
+		return fmt.Sprintf("Rendered %d object(s) from %s (offline: not compared with a cluster).", c.Rendered, p.Path)
+	}
+	s := fmt.Sprintf("Plan: %d to create, %d to update, %d to delete, %d unchanged", c.Create, c.Update, c.Delete, c.Unchanged)
+	if c.Keep > 0 {
+		s += fmt.Sprintf(", %d kept", c.Keep)
+	}
+	if c.Invalid > 0 {
+		s += fmt.Sprintf(", %d invalid: nothing of this revision would be applied", c.Invalid)
+	}
+	return s + "."
+}
+
+// Ref is "Kind namespace/name" (or "Kind name" for cluster-scoped objects).
+func (it PlanItem) Ref() string {
+	if it.Namespace != "" {
+		return it.Kind + " " + it.Namespace + "/" + it.Name
+	}
+	return it.Kind + " " + it.Name
+}
+
+// planChangeLines spells the changes as diff lines: "- path: old" and "+ path: new".
+func planChangeLines(cs []FieldChange) []string {
+	var out []string
+	for _, c := range cs {
+		if c.Old != "" {
+			out = append(out, "- "+c.Path+": "+c.Old)
+		}
+		if c.New != "" {
+			out = append(out, "+ "+c.Path+": "+c.New)
+		}
+	}
+	return out
+}
+
+// Text is the plan for a terminal: one line per object (unchanged objects only counted),
+// the changed fields of updates indented below, the summary last.
+func (p *Plan) Text() string {
+	var b strings.Builder
+	if p.Offline {
+		for _, it := range p.Items {
+			fmt.Fprintf(&b, "%s%s\n", planPrefixFile(it.File), it.Ref())
+		}
+		b.WriteString(p.Summary() + "\n")
+		return b.String()
+	}
+	fmt.Fprintf(&b, "flotilla plan: GitSource %s, path %s\n", p.Source, p.Path)
+	for _, w := range p.Warnings {
+		fmt.Fprintf(&b, "warning: %s\n", w)
+	}
+	for _, it := range p.Items {
+		switch it.Action {
+		case PlanUnchanged:
+			continue
+		case PlanInvalid:
+			fmt.Fprintf(&b, "! invalid  %s\n", it.Reason)
+			continue
+		}
+		line := fmt.Sprintf("%s %-9s %s", planSymbols[it.Action], it.Action, it.Ref())
+		if it.File != "" {
+			line += " (" + it.File + ")"
+		}
+		if it.Reason != "" {
+			line += ": " + it.Reason
+		}
+		b.WriteString(line + "\n")
+		if it.Action == PlanUpdate {
+			for _, l := range planChangeLines(it.Changes) {
+				b.WriteString("      " + l + "\n")
+			}
+		}
+	}
+	b.WriteString(p.Summary() + "\n")
+	return b.String()
+}
+
+func planPrefixFile(f string) string {
+	if f == "" {
+		return ""
+	}
+	return f + ": "
+}
+
+// Markdown is the plan as a pull-request comment: the summary first, a table of what
+// changes (and what is invalid or kept), then each object's field diff in a collapsible
+// <details> block; unchanged objects are listed in one collapsed block.
+func (p *Plan) Markdown() string {
+	var b strings.Builder
+	icon := "✅"
+	switch c := p.Counts(); {
+	case c.Invalid > 0:
+		icon = "❌"
+	case p.HasChanges():
+		icon = "📝"
+	}
+	if p.Offline {
+		icon = "📄"
+	}
+	fmt.Fprintf(&b, "%s **flotilla plan** `%s`: %s\n\n", icon, p.Path, p.Summary())
+	if p.Source != "" {
+		fmt.Fprintf(&b, "GitSource `%s`, path `%s`.\n\n", p.Source, p.Path)
+	}
+	for _, w := range p.Warnings {
+		fmt.Fprintf(&b, "> ⚠️ %s\n\n", planMdCell(w))
+	}
+	var rows, unchanged []PlanItem
+	for _, it := range p.Items {
+		if it.Action == PlanUnchanged {
+			unchanged = append(unchanged, it)
+		} else {
+			rows = append(rows, it)
+		}
+	}
+	if len(rows) > 0 {
+		b.WriteString("| | Action | Object | File | Details |\n|---|---|---|---|---|\n")
+		for _, it := range rows {
+			detail := it.Reason
+			if it.Action == PlanUpdate {
+				detail = fmt.Sprintf("%d field(s) change", len(it.Changes))
+			}
+			object := it.Ref()
+			if it.Action == PlanInvalid {
+				if it.Kind == "" {
+					object = ""
+				} else {
+					// The table already names the file and object.
+					detail = strings.TrimPrefix(detail, planPrefixFile(it.File)+it.Ref()+": ")
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", planSymbols[it.Action], it.Action, planMdCode(object), planMdCode(it.File), planMdCell(detail))
+		}
+		b.WriteString("\n")
+	}
+	omitted := 0
+	for _, it := range rows {
+		if len(it.Changes) == 0 || (it.Action != PlanUpdate && it.Action != PlanCreate) {
+			continue
+		}
+		block := fmt.Sprintf("<details><summary>%s %s <code>%s</code> (%d field(s))</summary>\n\n```diff\n%s\n```\n\n</details>\n",
+			planSymbols[it.Action], it.Action, planHtmlEscape(it.Ref()), len(it.Changes), strings.ReplaceAll(strings.Join(planChangeLines(it.Changes), "\n"), "```", "`` `"))
+		if b.Len()+len(block) > MarkdownLimit {
+			omitted++
+			continue
+		}
+		b.WriteString(block)
+	}
+	if len(unchanged) > 0 {
+		var names []string
+		for _, it := range unchanged {
+			names = append(names, "`"+it.Ref()+"`")
+		}
+		block := fmt.Sprintf("<details><summary>%d unchanged</summary>\n\n%s\n\n</details>\n", len(unchanged), strings.Join(names, ", "))
+		if b.Len()+len(block) <= MarkdownLimit {
+			b.WriteString(block)
+		}
+	}
+	if omitted > 0 {
+		fmt.Fprintf(&b, "\n%d diff(s) left out to fit a comment: run `flotilla plan` for all of them.\n", omitted)
+	}
+	return b.String()
+}
+
+// JSON is the plan as indented JSON (the Plan type's fields).
+func (p *Plan) JSON() ([]byte, error) {
+	return json.MarshalIndent(p, "", "  ")
+}
+
+// planMdCell makes s safe inside a table cell: pipes escaped, one line.
+func planMdCell(s string) string {
+	s = strings.ReplaceAll(s, "|", `\|`)
+	s = strings.ReplaceAll(s, "\r", "")
+	return strings.ReplaceAll(s, "\n", "<br>")
+}
+
+func planMdCode(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "`" + strings.ReplaceAll(planMdCell(s), "`", "'") + "`"
+}
+
+func planHtmlEscape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
