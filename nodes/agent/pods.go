@@ -242,6 +242,22 @@ func (m *PodManager) invalidate() {
 // collectGarbage removes containers, sandboxes and directories of pods that no longer exist
 // (deleted while the agent was down, or force-deleted).
 func (m *PodManager) collectGarbage(ctx context.Context) {
+	// What exists is listed before what is alive: a pod whose worker starts after the alive
+	// set was taken cannot have containers or a sandbox in these older lists, so it is never
+	// mistaken for an orphan.
+	snap, err := m.containers(ctx, true)
+	if err != nil {
+		m.log.WithError(err).Warn("list containers")
+		return
+	}
+	var sandboxes []string
+	if m.cfg.Network != nil {
+		if sandboxes, err = m.cfg.Network.Pods(); err != nil {
+			m.log.WithError(err).Warn("list pod sandboxes")
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(m.cfg.DataDir, "pods"))
+
 	alive := map[string]bool{}
 	pods, _ := m.pods.List(labels.Everything())
 	for _, p := range pods {
@@ -252,11 +268,7 @@ func (m *PodManager) collectGarbage(ctx context.Context) {
 		alive[string(uid)] = true
 	}
 	m.mu.Unlock()
-	snap, err := m.containers(ctx, true)
-	if err != nil {
-		m.log.WithError(err).Warn("list containers")
-		return
-	}
+
 	for uid, cs := range snap {
 		if alive[uid] {
 			continue
@@ -269,16 +281,11 @@ func (m *PodManager) collectGarbage(ctx context.Context) {
 		}
 		m.log.WithField("podUID", uid).Info("removed the containers of a pod that no longer exists")
 	}
-	if m.cfg.Network != nil {
-		if uids, err := m.cfg.Network.Pods(); err == nil {
-			for _, uid := range uids {
-				if !alive[uid] {
-					_ = m.cfg.Network.TeardownPod(ctx, uid)
-				}
-			}
+	for _, uid := range sandboxes {
+		if !alive[uid] {
+			_ = m.cfg.Network.TeardownPod(ctx, uid)
 		}
 	}
-	entries, _ := os.ReadDir(filepath.Join(m.cfg.DataDir, "pods"))
 	for _, e := range entries {
 		if !alive[e.Name()] {
 			_ = cleanupPodDir(filepath.Join(m.cfg.DataDir, "pods", e.Name()))

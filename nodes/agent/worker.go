@@ -234,7 +234,15 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *corev1.Pod) error {
 	if pod.Spec.HostNetwork || w.m.cfg.Network == nil {
 		w.podIPs = w.m.hostIPs()
 		w.netnsPath = ""
-	} else if w.netnsPath == "" {
+	} else if w.netnsPath != "" {
+		if _, err := os.Stat(w.netnsPath); err != nil {
+			// Someone removed the sandbox (reset, a hand cleanup): set it up again rather
+			// than failing every container start on the missing namespace.
+			w.log.WithError(err).Warn("pod network namespace gone; setting it up again")
+			w.netnsPath = ""
+		}
+	}
+	if !pod.Spec.HostNetwork && w.m.cfg.Network != nil && w.netnsPath == "" {
 		pn, err := w.m.cfg.Network.SetupPod(ctx, string(pod.UID), pod.Namespace, pod.Name)
 		if err != nil {
 			return fmt.Errorf("set up the pod network: %w", err)
