@@ -487,7 +487,16 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 	go agent.RunNodeHeartbeat(runCtx, client, nodeCfg)
 	go runKubernetesService(runCtx, client, firstIP(vopts.ServiceCIDR), int32(o.apiPort))
 	reconcileMembership := func() {
-		rec := &etcd.Reconciler{Client: etcdClient, Endpoint: clientURL.String(), DeadSince: deadSince, ReplaceAfter: o.replaceAfter}
+		rec := &etcd.Reconciler{Client: etcdClient, Endpoint: clientURL.String(), DeadSince: deadSince, ReplaceAfter: o.replaceAfter,
+			Alive: func() []string {
+				var names []string
+				for _, m := range gossip.Members() {
+					if m.State == membership.Alive {
+						names = append(names, m.Name)
+					}
+				}
+				return names
+			}}
 		go rec.Run(runCtx)
 	}
 	promoted := make(chan *etcd.Member, 1)

@@ -5,18 +5,23 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Reconciler keeps the etcd membership of the site in shape from a member host: it promotes
 // learners once they are in sync, and (on the etcd leader only) removes voters that gossip
-// reports dead for longer than ReplaceAfter, so a healthy host can take their place.
+// reports dead for longer than ReplaceAfter, so a healthy host can take their place. A voter
+// is removed only when such a host exists: without one the removal would buy nothing and the
+// dead host, once back, would find itself outside the cluster.
 type Reconciler struct {
 	Client *clientv3.Client
 	// Endpoint is this host's own client URL (to ask whether it leads).
 	Endpoint string
 	// DeadSince reports, per host name, since when gossip considers it dead.
-	DeadSince    func() map[string]time.Time
+	DeadSince func() map[string]time.Time
+	// Alive lists the hosts gossip sees alive (nil: every dead voter is replaceable).
+	Alive        func() []string
 	ReplaceAfter time.Duration
 	Interval     time.Duration
 }
@@ -61,6 +66,9 @@ func (r *Reconciler) once(ctx context.Context) {
 		return
 	}
 	dead := r.DeadSince()
+	if r.Alive != nil && !hasStandby(r.Alive(), list.Members) {
+		return
+	}
 	for _, m := range list.Members {
 		since, ok := dead[m.Name]
 		if !ok || m.ID == status.Header.MemberId || time.Since(since) < r.ReplaceAfter {
@@ -83,6 +91,20 @@ func (r *Reconciler) answers(ctx context.Context, urls []string) bool {
 		_, err := r.Client.Status(sctx, u)
 		cancel()
 		if err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// hasStandby reports whether an alive host is not an etcd member, so it can replace a voter.
+func hasStandby(alive []string, members []*etcdserverpb.Member) bool {
+	in := map[string]bool{}
+	for _, m := range members {
+		in[m.Name] = true
+	}
+	for _, name := range alive {
+		if !in[name] {
 			return true
 		}
 	}
