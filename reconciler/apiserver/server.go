@@ -225,6 +225,9 @@ func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, c
 				return err
 			}
 			alloc.install(st)
+			if err := s.AddPostStartHook("flotilla-service-allocation-repair", alloc.repairHook(listServices(st))); err != nil {
+				return err
+			}
 		}
 		wrapped := &store{Store: st, shortNames: r.shortNames, categories: r.categories}
 		stores[r.groupResource()] = wrapped
