@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -117,9 +118,16 @@ func (a *Applier) rank(o Object) int {
 }
 
 func (a *Applier) patch(ctx context.Context, o Object, dryRun bool) error {
+	_, err := a.patchObject(ctx, o, dryRun, nil)
+	return err
+}
+
+// patchObject server-side applies o and returns the object the API answered with.
+// nsExists caches, for dry runs, which namespaces exist (nil: no cache).
+func (a *Applier) patchObject(ctx context.Context, o Object, dryRun bool, nsExists *nsCache) (*unstructured.Unstructured, error) {
 	m, err := a.mapping(o.Obj.GroupVersionKind())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	obj := o.Obj
 	ri := a.Dynamic.Resource(m.Resource)
@@ -129,7 +137,13 @@ func (a *Applier) patch(ctx context.Context, o Object, dryRun bool) error {
 		if dryRun {
 			// A namespace this revision creates does not exist yet; the object's own
 			// validity does not depend on it, so check it in "default".
-			if _, err := a.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Get(ctx, ns, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			exists, known := nsExists.get(ns)
+			if !known {
+				_, err := a.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Get(ctx, ns, metav1.GetOptions{})
+				exists = !apierrors.IsNotFound(err)
+				nsExists.set(ns, exists)
+			}
+			if !exists {
 				obj = obj.DeepCopy()
 				obj.SetNamespace("default")
 				ns = "default"
@@ -139,27 +153,80 @@ func (a *Applier) patch(ctx context.Context, o Object, dryRun bool) error {
 	}
 	b, err := json.Marshal(obj.Object)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	force := true
 	opts := metav1.PatchOptions{FieldManager: FieldManager, Force: &force, FieldValidation: "Strict"}
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	_, err = res.Patch(ctx, obj.GetName(), types.ApplyPatchType, b, opts)
-	return err
+	return res.Patch(ctx, obj.GetName(), types.ApplyPatchType, b, opts)
+}
+
+// applyParallelism bounds the requests in flight while validating and applying: the apply is
+// latency-bound (one etcd write each), not CPU-bound.
+const applyParallelism = 8
+
+// nsCache remembers which namespaces exist during one Validate.
+type nsCache struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+func (c *nsCache) get(ns string) (exists, known bool) {
+	if c == nil {
+		return false, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	exists, known = c.m[ns]
+	return exists, known
+}
+
+func (c *nsCache) set(ns string, exists bool) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[ns] = exists
+}
+
+// parallel runs fn(i) for i in [0, n) with at most applyParallelism at once.
+func parallel(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, applyParallelism)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fn(i)
+		}()
+	}
+	wg.Wait()
 }
 
 // Validate dry-runs every object (dryRun=All, fieldValidation=Strict) and returns one line
-// per failing object: "file: Kind namespace/name: field: message".
+// per failing object, in order: "file: Kind namespace/name: field: message".
 func (a *Applier) Validate(ctx context.Context, objs []Object) []string {
+	lines := make([]string, len(objs))
+	cache := &nsCache{m: map[string]bool{}}
+	parallel(len(objs), func(i int) {
+		if ctx.Err() != nil {
+			return
+		}
+		if _, err := a.patchObject(ctx, objs[i], true, cache); err != nil && ctx.Err() == nil {
+			lines[i] = describe(objs[i]) + ": " + errorText(err)
+		}
+	})
 	var fails []string
-	for _, o := range objs {
-		if err := a.patch(ctx, o, true); err != nil {
-			if ctx.Err() != nil {
-				return append(fails, ctx.Err().Error())
-			}
-			fails = append(fails, describe(o)+": "+errorText(err))
+	if ctx.Err() != nil {
+		fails = append(fails, "validation interrupted: "+ctx.Err().Error())
+	}
+	for _, l := range lines {
+		if l != "" {
+			fails = append(fails, l)
 		}
 	}
 	return fails
@@ -168,28 +235,55 @@ func (a *Applier) Validate(ctx context.Context, objs []Object) []string {
 // Apply applies the objects in order (Prepare sorted them). Namespaces get
 // CreatedByAnnotation when they do not exist yet or already carry it for this source.
 func (a *Applier) Apply(ctx context.Context, objs []Object, source string) error {
-	var errs []error
-	for _, o := range objs {
-		if o.Obj.GroupVersionKind().GroupKind() == (schema.GroupKind{Kind: "Namespace"}) {
-			live, err := a.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Get(ctx, o.Obj.GetName(), metav1.GetOptions{})
-			if apierrors.IsNotFound(err) || (err == nil && live.GetAnnotations()[CreatedByAnnotation] == source) {
-				o.Obj = o.Obj.DeepCopy()
-				ann := o.Obj.GetAnnotations()
-				if ann == nil {
-					ann = map[string]string{}
-				}
-				ann[CreatedByAnnotation] = source
-				o.Obj.SetAnnotations(ann)
-			} else if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", describe(o), err))
-				continue
-			}
+	_, err := a.ApplyObjects(ctx, objs, source)
+	return err
+}
+
+// ApplyObjects is Apply that also returns the objects as the API answered (status
+// included), in order, for the health check; failed objects are left out. Objects of one
+// apply rank (see Prepare) are applied concurrently, ranks one after the other.
+func (a *Applier) ApplyObjects(ctx context.Context, objs []Object, source string) ([]*unstructured.Unstructured, error) {
+	got := make([]*unstructured.Unstructured, len(objs))
+	errs := make([]error, len(objs))
+	for lo := 0; lo < len(objs); {
+		hi := lo + 1
+		for hi < len(objs) && a.rank(objs[hi]) == a.rank(objs[lo]) {
+			hi++
 		}
-		if err := a.patch(ctx, o, false); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %s", describe(o), errorText(err)))
+		parallel(hi-lo, func(i int) {
+			got[lo+i], errs[lo+i] = a.applyOne(ctx, objs[lo+i], source)
+		})
+		lo = hi
+	}
+	applied := make([]*unstructured.Unstructured, 0, len(objs))
+	for _, u := range got {
+		if u != nil {
+			applied = append(applied, u)
 		}
 	}
-	return errors.Join(errs...)
+	return applied, errors.Join(errs...)
+}
+
+func (a *Applier) applyOne(ctx context.Context, o Object, source string) (*unstructured.Unstructured, error) {
+	if o.Obj.GroupVersionKind().GroupKind() == (schema.GroupKind{Kind: "Namespace"}) {
+		cur, err := a.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Get(ctx, o.Obj.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && cur.GetAnnotations()[CreatedByAnnotation] == source) {
+			o.Obj = o.Obj.DeepCopy()
+			ann := o.Obj.GetAnnotations()
+			if ann == nil {
+				ann = map[string]string{}
+			}
+			ann[CreatedByAnnotation] = source
+			o.Obj.SetAnnotations(ann)
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: %w", describe(o), err)
+		}
+	}
+	got, err := a.patchObject(ctx, o, false, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s", describe(o), errorText(err))
+	}
+	return got, nil
 }
 
 // errorText is the API's message with each invalid field spelled "field: message".

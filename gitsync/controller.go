@@ -4,14 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -23,7 +28,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
@@ -41,7 +48,27 @@ const (
 	ReasonBuildFailed      = "BuildFailed"
 	ReasonValidationFailed = "ValidationFailed"
 	ReasonApplyFailed      = "ReconciliationFailed"
+	// ReasonVerificationFailed: the commit is not signed by a trusted key (or the keys are unusable).
+	ReasonVerificationFailed = "VerificationFailed"
+	// ReasonDependencyNotReady: a GitSource in spec.dependsOn is not Ready and Healthy yet.
+	ReasonDependencyNotReady = "DependencyNotReady"
+	// ReasonInvalidSpec: the GitSource itself asks for something impossible.
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonHealthy / ReasonProgressing / ReasonDegraded are the reasons of ConditionHealthy.
+	ReasonHealthy  = "Healthy"
+	ReasonDegraded = "Degraded"
 )
+
+// Event reasons (in addition to the failure reasons above, recorded as Warnings).
+const (
+	EventFetched = "Fetched"
+	EventApplied = "Applied"
+	EventPruned  = "Pruned"
+)
+
+// healthPoll is how often the health of progressing objects (and of dependencies that are
+// not ready) is checked again, between full reconciliations.
+const healthPoll = 3 * time.Second
 
 // Config tunes the controller.
 type Config struct {
@@ -54,7 +81,9 @@ func DefaultConfig() Config {
 	return Config{CacheDir: filepath.Join(os.TempDir(), "flotilla-gitsync")}
 }
 
-// Controller reconciles GitSources: fetch, render, validate, apply, prune, every interval.
+// Controller reconciles GitSources: fetch, verify, render, validate, apply, prune, every
+// interval, at once on a spec change or a webhook's RequestedAtAnnotation, and re-checks the
+// health of what still progresses every few seconds in between.
 type Controller struct {
 	cfg      Config
 	dyn      dynamic.Interface
@@ -63,7 +92,22 @@ type Controller struct {
 	factory  dynamicinformer.DynamicSharedInformerFactory
 	informer cache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[string]
+	recorder record.EventRecorder
 	log      *logrus.Entry
+
+	mu    sync.Mutex
+	state map[string]*sourceState
+}
+
+// sourceState is what the controller remembers of a source between syncs (lost with
+// leadership, which only means the next sync is a full one).
+type sourceState struct {
+	generation  int64
+	requestedAt string
+	lastFull    time.Time
+	// unhealthy are the applied objects whose health is re-checked every healthPoll.
+	unhealthy []*unstructured.Unstructured
+	healthy   map[string]HealthResult
 }
 
 // New builds the controller with DefaultConfig.
@@ -78,13 +122,27 @@ func NewWithConfig(cctx *controllers.Context, cfg Config) (*Controller, error) {
 	}
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(cctx.Dynamic, 0)
 	inf := factory.ForResource(GitSourceResource).Informer()
+	// A revision is applied in bursts of thousands of requests to the local API: the shared
+	// controller client's rate limit would make a large repository take minutes.
+	bulk := cctx.Dynamic
+	if cctx.Config != nil {
+		rc := rest.CopyConfig(cctx.Config)
+		rc.QPS, rc.Burst = 1000, 2000
+		if d, err := dynamic.NewForConfig(rc); err == nil {
+			bulk = d
+		}
+	}
 	c := &Controller{
 		cfg: cfg, dyn: cctx.Dynamic, client: cctx.Client,
-		applier: &Applier{Dynamic: cctx.Dynamic, Mapper: cctx.RESTMapper},
+		applier: &Applier{Dynamic: bulk, Mapper: cctx.RESTMapper},
 		factory: factory, informer: inf,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gitsync"}),
-		log: logrus.WithField("controller", "gitsync"),
+		log:   logrus.WithField("controller", "gitsync"),
+		state: map[string]*sourceState{},
+	}
+	if cctx.Recorder != nil {
+		c.recorder = cctx.Recorder("gitsync")
 	}
 	enqueue := func(obj any) {
 		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
@@ -93,13 +151,21 @@ func NewWithConfig(cctx *controllers.Context, cfg Config) (*Controller, error) {
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue,
-		// Status writes do not change the generation; only spec changes need a sync now
-		// (the interval requeue covers the rest).
+		// Status writes do not change the generation; only spec changes and fetch requests
+		// (the webhook's annotation) need a sync now (the interval requeue covers the rest).
 		UpdateFunc: func(old, cur any) {
 			o, ok1 := old.(*unstructured.Unstructured)
 			n, ok2 := cur.(*unstructured.Unstructured)
-			if !ok1 || !ok2 || o.GetGeneration() != n.GetGeneration() {
+			if !ok1 || !ok2 || o.GetGeneration() != n.GetGeneration() ||
+				o.GetAnnotations()[RequestedAtAnnotation] != n.GetAnnotations()[RequestedAtAnnotation] {
 				enqueue(cur)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				c.mu.Lock()
+				delete(c.state, key)
+				c.mu.Unlock()
 			}
 		},
 	}); err != nil {
@@ -159,8 +225,6 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if interval <= 0 {
 		interval = v1alpha1.DefaultInterval
 	}
-	// Every interval: fetch again and re-apply (which reverts drift).
-	defer c.queue.AddAfter(key, interval)
 	timeout := interval
 	if gs.Spec.Timeout != nil && gs.Spec.Timeout.Duration > 0 {
 		timeout = gs.Spec.Timeout.Duration
@@ -168,25 +232,244 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	ctx, cancel := context.WithTimeout(ctx, max(timeout, 30*time.Second))
 	defer cancel()
 
+	c.mu.Lock()
+	ss := c.state[key]
+	if ss == nil {
+		ss = &sourceState{}
+		c.state[key] = ss
+	}
+	c.mu.Unlock()
+	requested := gs.Annotations[RequestedAtAnnotation]
+	now := time.Now()
+	// A full round (fetch, apply, prune) every interval, on a spec change and on a webhook's
+	// request; in between only the health of what is still progressing is looked at again.
+	full := ss.lastFull.IsZero() || ss.generation != gs.Generation || ss.requestedAt != requested ||
+		now.Sub(ss.lastFull) >= interval-50*time.Millisecond
 	st := gs.Status.DeepCopy()
-	err = c.reconcile(ctx, &gs, st)
+	var retry bool
+	if full {
+		var done bool
+		done, err = c.reconcile(ctx, &gs, st, ss)
+		if done {
+			ss.lastFull, ss.generation, ss.requestedAt = now, gs.Generation, requested
+		}
+		retry = !done
+	} else {
+		c.checkHealth(ctx, &gs, st, ss)
+	}
 	st.ObservedGeneration = gs.Generation
+	next := interval
+	if !full {
+		next = max(interval-time.Since(ss.lastFull), 0)
+	}
+	if retry || len(ss.unhealthy) > 0 {
+		next = min(next, healthPoll)
+	}
+	// Every interval: fetch again and re-apply (which reverts drift).
+	defer c.queue.AddAfter(key, next)
 	if werr := c.writeStatus(ctx, &gs, st); werr != nil {
 		return errors.Join(err, werr)
 	}
 	return err
 }
 
-// reconcile does one round and records its outcome in st. It returns an error only for
-// failures worth a quick retry; those a human must fix are recorded as Stalled.
-func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *v1alpha1.GitSourceStatus) error {
+// event records an event on the GitSource (when the controller has a recorder).
+func (c *Controller) event(gs *v1alpha1.GitSource, typ, reason, format string, args ...any) {
+	if c.recorder == nil {
+		return
+	}
+	ref := &corev1.ObjectReference{Kind: "GitSource", APIVersion: v1alpha1.SchemeGroupVersion.String(),
+		Namespace: gs.Namespace, Name: gs.Name, UID: gs.UID, ResourceVersion: gs.ResourceVersion}
+	c.recorder.Eventf(ref, typ, reason, format, args...)
+}
+
+// setHealth records the health of the applied objects in st from ss.
+func setHealth(st *v1alpha1.GitSourceStatus, ss *sourceState, gen int64) {
+	summary, lines := SummarizeHealth(ss.healthy)
+	st.Health, st.Progressing = summary, lines
+	cond := metav1.Condition{Type: v1alpha1.ConditionHealthy, ObservedGeneration: gen}
+	switch summary {
+	case v1alpha1.HealthHealthy:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, ReasonHealthy, fmt.Sprintf("All %d applied objects are healthy", len(ss.healthy))
+	case v1alpha1.HealthDegraded:
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonDegraded
+	default:
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonProgressing
+	}
+	if cond.Message == "" {
+		cond.Message = truncate(fmt.Sprintf("%d object(s) not healthy yet:\n%s", len(lines), strings.Join(lines, "\n")))
+	}
+	apimeta.SetStatusCondition(&st.Conditions, cond)
+}
+
+// healthKey names an object in status.progressing: "Kind namespace/name".
+func healthKey(u *unstructured.Unstructured) string {
+	if u.GetNamespace() == "" {
+		return u.GetKind() + " " + u.GetName()
+	}
+	return u.GetKind() + " " + u.GetNamespace() + "/" + u.GetName()
+}
+
+// recordHealth judges the applied objects (as the API returned them) and remembers the
+// unhealthy ones for checkHealth.
+func recordHealth(ss *sourceState, applied []*unstructured.Unstructured, now time.Time) {
+	ss.healthy = make(map[string]HealthResult, len(applied))
+	ss.unhealthy = nil
+	for _, u := range applied {
+		r := ObjectHealth(u, now)
+		ss.healthy[healthKey(u)] = r
+		if r.Status != v1alpha1.HealthHealthy {
+			ss.unhealthy = append(ss.unhealthy, u)
+		}
+	}
+}
+
+// checkHealth reads the objects that were not healthy again and updates the health status.
+func (c *Controller) checkHealth(ctx context.Context, gs *v1alpha1.GitSource, st *v1alpha1.GitSourceStatus, ss *sourceState) {
+	if len(ss.unhealthy) == 0 {
+		return
+	}
+	var still []*unstructured.Unstructured
+	now := time.Now()
+	for _, u := range ss.unhealthy {
+		m, err := c.applier.mapping(u.GroupVersionKind())
+		if err != nil {
+			ss.healthy[healthKey(u)] = HealthResult{Status: v1alpha1.HealthUnknown, Message: err.Error()}
+			still = append(still, u)
+			continue
+		}
+		res := c.applier.Dynamic.Resource(m.Resource)
+		var live *unstructured.Unstructured
+		if m.Scope.Name() == apimeta.RESTScopeNameNamespace {
+			live, err = res.Namespace(u.GetNamespace()).Get(ctx, u.GetName(), metav1.GetOptions{})
+		} else {
+			live, err = res.Get(ctx, u.GetName(), metav1.GetOptions{})
+		}
+		r := HealthResult{Status: v1alpha1.HealthUnknown}
+		switch {
+		case apierrors.IsNotFound(err):
+			r.Message = "not found (deleted since it was applied)"
+		case err != nil:
+			r.Message = "read: " + err.Error()
+		default:
+			r = ObjectHealth(live, now)
+			u = live
+		}
+		ss.healthy[healthKey(u)] = r
+		if r.Status != v1alpha1.HealthHealthy {
+			still = append(still, u)
+		}
+	}
+	ss.unhealthy = still
+	before := st.Health
+	setHealth(st, ss, gs.Generation)
+	if st.Health != before {
+		c.log.WithFields(logrus.Fields{"source": gs.Namespace + "." + gs.Name, "revision": st.LastAppliedRevision, "health": st.Health}).Info("health changed")
+	}
+}
+
+// dependencyCycle follows spec.dependsOn from gs (reading the sources it names) and returns
+// the first cycle through gs, as "a/x -> b/y -> a/x", or "".
+func (c *Controller) dependencyCycle(ctx context.Context, gs *v1alpha1.GitSource) string {
+	start := gs.Namespace + "/" + gs.Name
+	seen := map[string]bool{}
+	var walk func(key string, deps []v1alpha1.NamespacedObjectReference, defNS string, path []string) string
+	walk = func(key string, deps []v1alpha1.NamespacedObjectReference, defNS string, path []string) string {
+		path = append(path, key)
+		for _, d := range deps {
+			ns := d.Namespace
+			if ns == "" {
+				ns = defNS
+			}
+			next := ns + "/" + d.Name
+			if next == start {
+				return strings.Join(append(path, next), " -> ")
+			}
+			if seen[next] {
+				continue
+			}
+			seen[next] = true
+			u, err := c.dyn.Resource(GitSourceResource).Namespace(ns).Get(ctx, d.Name, metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			var dep v1alpha1.GitSource
+			if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &dep) != nil {
+				continue
+			}
+			if cyc := walk(next, dep.Spec.DependsOn, ns, path); cyc != "" {
+				return cyc
+			}
+		}
+		return ""
+	}
+	return walk(start, gs.Spec.DependsOn, gs.Namespace, nil)
+}
+
+// dependencies returns why the source must wait for its dependsOn, or "" when it need not;
+// an error when it can never proceed as written.
+func (c *Controller) dependencies(ctx context.Context, gs *v1alpha1.GitSource) (string, error) {
+	if len(gs.Spec.DependsOn) == 0 {
+		return "", nil
+	}
+	if cyc := c.dependencyCycle(ctx, gs); cyc != "" {
+		return "", fmt.Errorf("spec.dependsOn forms a cycle (%s): remove one of these dependencies", cyc)
+	}
+	for _, d := range gs.Spec.DependsOn {
+		ns := d.Namespace
+		if ns == "" {
+			ns = gs.Namespace
+		}
+		u, err := c.dyn.Resource(GitSourceResource).Namespace(ns).Get(ctx, d.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return fmt.Sprintf("dependency GitSource %s/%s does not exist", ns, d.Name), nil
+		}
+		if err != nil {
+			return fmt.Sprintf("dependency GitSource %s/%s: %v", ns, d.Name, err), nil
+		}
+		var dep v1alpha1.GitSource
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &dep); err != nil {
+			return "", err
+		}
+		ready := apimeta.FindStatusCondition(dep.Status.Conditions, v1alpha1.ConditionReady)
+		healthy := apimeta.FindStatusCondition(dep.Status.Conditions, v1alpha1.ConditionHealthy)
+		switch {
+		case dep.Status.ObservedGeneration != dep.Generation:
+			return fmt.Sprintf("dependency GitSource %s/%s has not reconciled its latest spec yet", ns, d.Name), nil
+		case ready == nil || ready.Status != metav1.ConditionTrue:
+			msg := "not reconciled yet"
+			if ready != nil {
+				msg = ready.Message
+			}
+			return fmt.Sprintf("dependency GitSource %s/%s is not Ready: %s", ns, d.Name, msg), nil
+		case healthy == nil || healthy.Status != metav1.ConditionTrue:
+			msg := "health not known yet"
+			if healthy != nil {
+				msg = healthy.Message
+			}
+			return fmt.Sprintf("dependency GitSource %s/%s is not Healthy: %s", ns, d.Name, msg), nil
+		}
+	}
+	return "", nil
+}
+
+// reconcile does one full round and records its outcome in st. It returns done when the
+// round reached an outcome (applied, or stalled on something a human must fix), and an error
+// only for failures worth a quick retry.
+func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *v1alpha1.GitSourceStatus, ss *sourceState) (bool, error) {
 	source := gs.Namespace + "." + gs.Name
 	log := c.log.WithField("source", source)
 	gen := gs.Generation
+	prevReady := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
 	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
 		apimeta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen})
 	}
 	fail := func(reason, msg string, stalled bool) {
+		msg = truncate(msg)
+		// One event per distinct failure: the interval retries repeat it otherwise.
+		if prevReady == nil || prevReady.Message != msg || prevReady.Reason != reason {
+			c.event(gs, corev1.EventTypeWarning, reason, "%s", msg)
+		}
 		set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
 		apimeta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionReconciling)
 		if stalled {
@@ -196,43 +479,78 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 		}
 	}
 
-	auth, err := c.auth(ctx, gs)
+	wait, err := c.dependencies(ctx, gs)
+	if err != nil {
+		fail(ReasonInvalidSpec, err.Error(), true)
+		return true, nil
+	}
+	if wait != "" {
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonDependencyNotReady, "Waiting: "+wait)
+		set(v1alpha1.ConditionReconciling, metav1.ConditionTrue, ReasonDependencyNotReady, "Waiting: "+wait)
+		apimeta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionStalled)
+		if prevReady == nil || prevReady.Reason != ReasonDependencyNotReady {
+			c.event(gs, corev1.EventTypeNormal, ReasonDependencyNotReady, "Waiting: %s", wait)
+		}
+		log.WithField("waiting", wait).Debug("dependency not ready")
+		return false, nil
+	}
+
+	auth, err := authFor(ctx, c.client, gs)
 	if err != nil {
 		fail(ReasonFetchFailed, err.Error(), true)
-		return nil
+		return true, nil
 	}
 	co, err := Fetch(ctx, filepath.Join(c.cfg.CacheDir, gs.Namespace, gs.Name), gs.Spec.URL, gs.Spec.Ref, auth)
 	if err != nil {
+		if hint := fetchHint(gs, err); hint != "" {
+			// Retrying cannot help until someone changes the Secret.
+			fail(ReasonFetchFailed, err.Error()+": "+hint, true)
+			log.WithError(err).Warn("fetch refused")
+			return true, nil
+		}
 		fail(ReasonFetchFailed, err.Error(), false)
 		log.WithError(err).Warn("fetch failed")
-		return err
+		return false, err
 	}
-	st.LastFetchedRevision = co.Revision
 	log = log.WithField("revision", co.Revision)
+	if co.Revision != st.LastAttemptedRevision {
+		c.event(gs, corev1.EventTypeNormal, EventFetched, "Fetched revision %s", co.Revision)
+		log.Info("fetched")
+	}
 	if co.Revision != st.LastAppliedRevision {
 		set(v1alpha1.ConditionReconciling, metav1.ConditionTrue, ReasonProgressing, "Reconciling revision: "+co.Revision)
 	}
 	st.LastAttemptedRevision = co.Revision
 
+	if msg, stalled, err := c.verify(ctx, gs, co); msg != "" {
+		fail(ReasonVerificationFailed, fmt.Sprintf("Revision %s not applied: %s", co.Revision, msg), stalled)
+		log.WithField("reason", msg).Warn("verification failed; nothing applied")
+		return stalled, err
+	}
+	st.LastFetchedRevision = co.Revision
+
 	objs, err := Render(co.Dir, gs.Spec.Path)
 	if err != nil {
-		msg := fmt.Sprintf("Revision %s: %v", co.Revision, err)
-		fail(ReasonBuildFailed, msg, true)
+		fail(ReasonBuildFailed, fmt.Sprintf("Revision %s: %v", co.Revision, err), true)
 		log.WithError(err).Warn("render failed")
-		return nil
+		return true, nil
 	}
+	began := time.Now()
 	objs, fails := c.applier.Prepare(objs, source)
 	fails = append(fails, c.applier.Validate(ctx, objs)...)
+	validated := time.Since(began)
 	if len(fails) > 0 {
-		msg := fmt.Sprintf("Revision %s not applied: %d object(s) failed validation:\n%s", co.Revision, len(fails), strings.Join(fails, "\n"))
-		fail(ReasonValidationFailed, truncate(msg), true)
+		fail(ReasonValidationFailed, fmt.Sprintf("Revision %s not applied: %d object(s) failed validation:\n%s", co.Revision, len(fails), strings.Join(fails, "\n")), true)
 		log.WithField("failures", len(fails)).Warn("validation failed; nothing applied")
-		return nil
+		return true, nil
 	}
-	if err := c.applier.Apply(ctx, objs, source); err != nil {
-		fail(ReasonApplyFailed, truncate(fmt.Sprintf("Revision %s: apply: %v", co.Revision, err)), false)
-		return err
+	applied, err := c.applier.ApplyObjects(ctx, objs, source)
+	if err != nil {
+		fail(ReasonApplyFailed, fmt.Sprintf("Revision %s: apply: %v", co.Revision, err), false)
+		return false, err
 	}
+	recordHealth(ss, applied, time.Now())
+	setHealth(st, ss, gen)
 	inv := Inventory(objs)
 	var old []v1alpha1.ResourceRef
 	if st.Inventory != nil {
@@ -242,24 +560,60 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 		deleted, _, err := c.applier.Prune(ctx, Stale(old, inv), source)
 		if len(deleted) > 0 {
 			log.WithField("pruned", deleted).Info("pruned")
+			c.event(gs, corev1.EventTypeNormal, EventPruned, "Pruned %d object(s) of revision %s: %s", len(deleted), co.Revision, strings.Join(deleted, ", "))
 		}
 		if err != nil {
 			// Keep the failed entries in the inventory so the next round tries again.
 			inv = append(inv, Stale(Stale(old, inv), refs(deleted))...)
 			st.Inventory = &v1alpha1.ResourceInventory{Entries: inv}
-			fail(ReasonApplyFailed, truncate(fmt.Sprintf("Revision %s: prune: %v", co.Revision, err)), false)
-			return err
+			fail(ReasonApplyFailed, fmt.Sprintf("Revision %s: prune: %v", co.Revision, err), false)
+			return false, err
 		}
 	}
 	if co.Revision != st.LastAppliedRevision {
-		log.WithField("objects", len(objs)).Info("applied")
+		log.WithFields(logrus.Fields{"objects": len(objs), "health": st.Health,
+			"validate": validated.Round(time.Millisecond), "apply": (time.Since(began) - validated).Round(time.Millisecond)}).Info("applied")
+		c.event(gs, corev1.EventTypeNormal, EventApplied, "Applied revision %s: %d object(s)", co.Revision, len(objs))
 	}
 	st.Inventory = &v1alpha1.ResourceInventory{Entries: inv}
 	st.LastAppliedRevision = co.Revision
 	set(v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonSucceeded, "Applied revision: "+co.Revision)
 	apimeta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionReconciling)
 	apimeta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionStalled)
-	return nil
+	return true, nil
+}
+
+// verify checks the signature spec.verify asks for. It returns an empty message when the
+// checkout may be applied; otherwise the message says what to change, stalled whether only
+// a human can fix it, and err a transient failure to retry.
+func (c *Controller) verify(ctx context.Context, gs *v1alpha1.GitSource, co *Checkout) (msg string, stalled bool, err error) {
+	v := gs.Spec.Verify
+	if v == nil || v.Mode == "" || v.Mode == v1alpha1.VerifyModeNone {
+		return "", false, nil
+	}
+	if v.Mode != v1alpha1.VerifyModeHead {
+		return fmt.Sprintf("spec.verify.mode %q is not supported: use %q or %q", v.Mode, v1alpha1.VerifyModeHead, v1alpha1.VerifyModeNone), true, nil
+	}
+	if v.SecretRef == nil || v.SecretRef.Name == "" {
+		return "spec.verify.secretRef is required with mode head: name a Secret whose values are the trusted ASCII-armored OpenPGP public keys", true, nil
+	}
+	sec, err := c.client.CoreV1().Secrets(gs.Namespace).Get(ctx, v.SecretRef.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Sprintf("Secret %s/%s named by spec.verify.secretRef does not exist: create it with the trusted OpenPGP public keys", gs.Namespace, v.SecretRef.Name), true, nil
+	}
+	if err != nil {
+		return fmt.Sprintf("read Secret %s/%s: %v", gs.Namespace, v.SecretRef.Name, err), false, err
+	}
+	ring, err := ParseKeyRing(sec.Data)
+	if err != nil {
+		return fmt.Sprintf("Secret %s/%s named by spec.verify.secretRef: %v", gs.Namespace, v.SecretRef.Name, err), true, nil
+	}
+	signer, err := VerifyCommit(co.Dir, co.Commit, ring)
+	if err != nil {
+		return fmt.Sprintf("%v (trusted keys: Secret %s/%s)", err, gs.Namespace, v.SecretRef.Name), true, nil
+	}
+	c.log.WithFields(logrus.Fields{"source": gs.Namespace + "." + gs.Name, "revision": co.Revision, "signer": signer}).Debug("signature verified")
+	return "", false, nil
 }
 
 func refs(ids []string) []v1alpha1.ResourceRef {
@@ -279,23 +633,101 @@ func truncate(s string) string {
 	return s
 }
 
-// auth reads spec.secretRef: "username"/"password" for HTTPS. SSH is not supported yet.
-func (c *Controller) auth(ctx context.Context, gs *v1alpha1.GitSource) (transport.AuthMethod, error) {
+// authFor reads spec.secretRef: "username"/"password" for HTTPS; "identity" (a PEM
+// private key), "known_hosts" and optionally "password" (the key's passphrase) for SSH.
+// Errors say what to change in the GitSource or its Secret.
+func authFor(ctx context.Context, client kubernetes.Interface, gs *v1alpha1.GitSource) (transport.AuthMethod, error) {
+	ep, err := transport.NewEndpoint(gs.Spec.URL)
+	if err != nil {
+		return nil, fmt.Errorf("spec.url %q: %w", gs.Spec.URL, err)
+	}
+	isSSH := ep.Protocol == "ssh"
 	if gs.Spec.SecretRef == nil {
+		if isSSH {
+			return nil, fmt.Errorf("spec.url %s is an SSH URL: set spec.secretRef to a Secret with keys identity (private key) and known_hosts", gs.Spec.URL)
+		}
 		return nil, nil
 	}
-	if !strings.HasPrefix(gs.Spec.URL, "https://") && !strings.HasPrefix(gs.Spec.URL, "http://") {
-		return nil, fmt.Errorf("secretRef %s: only HTTPS credentials are supported for now", gs.Spec.SecretRef.Name)
+	if !isSSH && ep.Protocol != "https" && ep.Protocol != "http" {
+		return nil, fmt.Errorf("spec.secretRef %s: credentials are used with https:// and ssh:// URLs only; remove it for %s", gs.Spec.SecretRef.Name, gs.Spec.URL)
 	}
-	sec, err := c.client.CoreV1().Secrets(gs.Namespace).Get(ctx, gs.Spec.SecretRef.Name, metav1.GetOptions{})
+	sec, err := client.CoreV1().Secrets(gs.Namespace).Get(ctx, gs.Spec.SecretRef.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("Secret %s/%s named by spec.secretRef does not exist: create it", gs.Namespace, gs.Spec.SecretRef.Name)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("secretRef %s: %w", gs.Spec.SecretRef.Name, err)
+		return nil, fmt.Errorf("read Secret %s/%s named by spec.secretRef: %w", gs.Namespace, gs.Spec.SecretRef.Name, err)
+	}
+	if isSSH {
+		return sshAuth(ep, gs.Namespace+"/"+gs.Spec.SecretRef.Name, sec.Data)
 	}
 	user := string(sec.Data["username"])
 	if user == "" {
 		user = "git" // token-only: any non-empty user name works with GitHub/GitLab/Gitea
 	}
 	return &githttp.BasicAuth{Username: user, Password: string(sec.Data["password"])}, nil
+}
+
+// fetchHint says what to change when a fetch failed for a reason only a human can fix.
+func fetchHint(gs *v1alpha1.GitSource, err error) string {
+	secret := "spec.secretRef"
+	if gs.Spec.SecretRef != nil {
+		secret = gs.Namespace + "/" + gs.Spec.SecretRef.Name
+	}
+	switch msg := err.Error(); {
+	case strings.Contains(msg, "knownhosts: key mismatch"):
+		return "the server's host key is not the one in known_hosts of Secret " + secret + ": check the server, then update known_hosts"
+	case strings.Contains(msg, "knownhosts: key is unknown"):
+		return "the server is not listed in known_hosts of Secret " + secret + ": add its host key (ssh-keyscan)"
+	case strings.Contains(msg, "unable to authenticate"):
+		return "the server refused the identity of Secret " + secret + ": register its public key as a deploy key"
+	case strings.Contains(msg, "authentication required"), strings.Contains(msg, "authorization failed"):
+		return "the server refused the credentials of " + secret + ": set username/password (a token) that can read the repository"
+	case strings.Contains(msg, "couldn't find remote ref"):
+		return "the ref does not exist in the repository: push it or change spec.ref"
+	case strings.Contains(msg, "repository not found"):
+		return "no repository at spec.url: correct spec.url"
+	}
+	return ""
+}
+
+// sshAuth builds public key authentication that trusts only the host keys in known_hosts.
+func sshAuth(ep *transport.Endpoint, secret string, data map[string][]byte) (transport.AuthMethod, error) {
+	if len(data["identity"]) == 0 || len(data["known_hosts"]) == 0 {
+		return nil, fmt.Errorf("Secret %s named by spec.secretRef: SSH needs keys identity (PEM private key) and known_hosts (the server's host keys, as ssh-keyscan prints them)", secret)
+	}
+	user := ep.User
+	if user == "" {
+		user = "git"
+	}
+	pk, err := gitssh.NewPublicKeys(user, data["identity"], string(data["password"]))
+	if err != nil {
+		return nil, fmt.Errorf("Secret %s key identity: not a usable private key (set password if it is encrypted): %w", secret, err)
+	}
+	// The known_hosts parser reads files only.
+	f, err := os.CreateTemp("", "flotilla-known-hosts-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(data["known_hosts"])
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	db, err := gitssh.NewKnownHostsDb(f.Name())
+	if err != nil {
+		return nil, fmt.Errorf("Secret %s key known_hosts: %w", secret, err)
+	}
+	port := ep.Port
+	if port == 0 {
+		port = 22
+	}
+	pk.HostKeyCallback = db.HostKeyCallback()
+	pk.HostKeyAlgorithms = db.HostKeyAlgorithms(net.JoinHostPort(ep.Host, strconv.Itoa(port)))
+	return pk, nil
 }
 
 // writeStatus writes st through the status subresource when it changed.

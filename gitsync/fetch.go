@@ -1,6 +1,9 @@
 // Package gitsync keeps the cluster equal to what a git repository says: it fetches a ref
-// (go-git, shallow), renders it (kustomize), validates every object by server dry-run, applies
-// the whole revision by server-side apply and prunes what left git.
+// (go-git, shallow; file, https, ssh with known_hosts), verifies the head commit's OpenPGP
+// signature when asked, renders it (kustomize), validates every object by server dry-run,
+// applies the whole revision by server-side apply, prunes what left git and reports the
+// health of what it applied. The controller runs on the leader; every host serves the push
+// webhook (Webhook) and keeps a warm clone (RunWarm).
 package gitsync
 
 import (
@@ -8,7 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
+	"syscall"
 
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
@@ -51,6 +56,12 @@ func refName(ref *v1alpha1.GitRef) (string, plumbing.ReferenceName) {
 // at url: only that ref, at depth 1 for a branch or tag. A cache that cannot be updated is
 // thrown away and cloned again.
 func Fetch(ctx context.Context, dir, url string, ref *v1alpha1.GitRef, auth transport.AuthMethod) (*Checkout, error) {
+	// The leader's controller and the warm-clone runner may share a cache directory.
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	co, err := fetchInto(ctx, dir, url, ref, auth)
 	if err == nil {
 		return co, nil
@@ -141,4 +152,24 @@ func refLabel(name string, ref *v1alpha1.GitRef) string {
 		return name
 	}
 	return ref.Commit
+}
+
+// lockDir takes an exclusive flock on <dir>.lock, blocking until it is free. flock works
+// between processes and between open files of one process alike.
+func lockDir(dir string) (func(), error) {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return nil, fmt.Errorf("cache directory: %w", err)
+	}
+	f, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock cache %s: %w", dir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock cache %s: %w", dir, err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
 }

@@ -28,6 +28,9 @@ type repo struct {
 func newRepo(t *testing.T) *repo {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
+		if framework.InCI() {
+			t.Fatal("git CLI not installed (Debian package git)")
+		}
 		t.Skip("git CLI not installed")
 	}
 	r := &repo{t: t, dir: t.TempDir()}
@@ -313,4 +316,36 @@ func TestGitSync(t *testing.T) {
 	if !e.exists(deploy("web")) || !e.exists(cm("fresh")) {
 		t.Error("running revision touched")
 	}
+
+	t.Log("events: fetched, applied, pruned and each failure are recorded on the GitSource")
+	want := map[string]string{EventFetched: "Normal", EventApplied: "Normal", EventPruned: "Normal",
+		ReasonValidationFailed: "Warning", ReasonBuildFailed: "Warning"}
+	e.waitFor("events recorded", func() bool {
+		got := e.eventReasons("apps")
+		for reason, typ := range want {
+			if !strings.HasPrefix(got[reason], typ+": ") {
+				return false
+			}
+		}
+		return true
+	})
+	for reason, ev := range e.eventReasons("apps") {
+		t.Logf("event %s: %.150s", reason, ev)
+	}
+}
+
+// eventReasons returns the reasons of the Events recorded on GitSource default/<name>.
+func (e *env) eventReasons(name string) map[string]string {
+	e.t.Helper()
+	list, err := e.client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, ev := range list.Items {
+		if ev.InvolvedObject.Kind == "GitSource" && ev.InvolvedObject.Name == name {
+			out[ev.Reason] = ev.Type + ": " + ev.Message
+		}
+	}
+	return out
 }

@@ -367,6 +367,20 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 		}
 		log.WithFields(logrus.Fields{"from": state.PeerURL, "to": peerURL.String()}).Info("etcd peer URL updated after an address change")
 	}
+	if restarted && state.Member && state.PeerURL == peerURL.String() {
+		// A voter replaced while it was away (a standby took its place) cannot start on its
+		// old data: the others no longer know it. It keeps that data aside and comes back
+		// as a standby.
+		if waitJoined(ctx, joinErr, 15*time.Second) == nil &&
+			removedFromEtcd(ctx, gossip, o.name, ca.CertFile(), etcdClientCert, etcdClientKey) {
+			aside := filepath.Join(dataDir, fmt.Sprintf("etcd.removed-%d", time.Now().Unix()))
+			if err := os.Rename(filepath.Join(dataDir, "etcd"), aside); err != nil {
+				return fmt.Errorf("keep the etcd data of a removed member aside: %w", err)
+			}
+			state.Member = false
+			log.WithField("oldData", aside).Warn("this host's etcd member was removed while it was away; it rejoins as a standby (old data kept aside)")
+		}
+	}
 	if restarted && !state.Member {
 		// A standby uses the voters that gossip knows now, not those of its first join.
 		if waitJoined(ctx, joinErr, 15*time.Second) == nil {
@@ -412,6 +426,8 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 	}
 	joinServer := &etcd.JoinServer{CA: ca, Token: token, AdminToken: adminToken, Client: etcdClient, Voters: o.etcdVoters}
 
+	// Git push webhooks may reach any host; the handler needs the API, so it gets a client below.
+	gitHook := gitsync.NewWebhook()
 	server, err := apiserver.New(apiserver.Config{
 		BindAddress:      listen,
 		Port:             o.apiPort,
@@ -425,7 +441,7 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 		},
 		Validation:               vopts,
 		DefaultTolerationSeconds: o.tolerationSecs,
-		Unauthenticated:          map[string]http.Handler{etcd.CACertsPath: joinServer, etcd.JoinPath: joinServer},
+		Unauthenticated:          map[string]http.Handler{etcd.CACertsPath: joinServer, etcd.JoinPath: joinServer, gitsync.WebhookPathPrefix: gitHook},
 		Nodes:                    apiserver.NodeConnection{CAFile: ca.CertFile(), Token: adminToken},
 	})
 	if err != nil {
@@ -437,6 +453,9 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 	go func() { apiDone <- server.Run(runCtx) }()
 
 	if err := waitReady(ctx, server, apiDone); err != nil {
+		return err
+	}
+	if err := gitHook.SetConfig(server.Loopback); err != nil {
 		return err
 	}
 	kubeconfigPath := filepath.Join(dataDir, "kubeconfig")
@@ -557,6 +576,14 @@ func runAgent(ctx context.Context, o *agentOptions) error {
 			lease = "flotilla-scheduler"
 		}
 		groups[lease] = append(groups[lease], c)
+	}
+	for _, c := range enabled {
+		if c.Name == "gitsync" {
+			// While another host leads, keep gitsync's clones warm for the day this one does.
+			go func() {
+				_ = gitsync.RunWarm(runCtx, server.Loopback, gitsync.WarmConfig{CacheDir: filepath.Join(dataDir, "git"), Identity: o.name, Lease: "flotilla-controllers"})
+			}()
+		}
 	}
 	for lease, list := range groups {
 		go func() {
@@ -739,6 +766,32 @@ func gossipEtcdURLs(ctx context.Context, g *membership.Membership, self string, 
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// removedFromEtcd reports whether the other hosts' etcd answers and has no member named
+// name. When nobody answers it cannot tell, and says no.
+func removedFromEtcd(ctx context.Context, g *membership.Membership, name, caFile, certFile, keyFile string) bool {
+	urls := gossipEtcdURLs(ctx, g, name, 5*time.Second)
+	if len(urls) == 0 {
+		return false
+	}
+	cli, err := etcd.NewClient(urls, caFile, certFile, keyFile)
+	if err != nil {
+		return false
+	}
+	defer cli.Close()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	list, err := cli.MemberList(cctx)
+	if err != nil {
+		return false
+	}
+	for _, m := range list.Members {
+		if m.Name == name {
+			return false
+		}
+	}
+	return true
 }
 
 // movePeerURL records a member's new peer URL through the other members.

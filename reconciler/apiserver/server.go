@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -58,8 +59,9 @@ type Config struct {
 	// DefaultTolerationSeconds is the tolerationSeconds of the node.kubernetes.io/not-ready and
 	// unreachable NoExecute tolerations added to new pods (300 like Kubernetes; negative: none).
 	DefaultTolerationSeconds int64
-	// Unauthenticated handlers are served before the authentication chain, by exact path
-	// (the join protocol and git webhooks authenticate themselves).
+	// Unauthenticated handlers are served before the authentication chain, by exact path,
+	// or by prefix for keys ending in "/" (the join protocol and git webhooks authenticate
+	// themselves).
 	Unauthenticated map[string]http.Handler
 	// Nodes is how pods/log reaches the node agents.
 	Nodes NodeConnection
@@ -98,6 +100,12 @@ func New(cfg Config) (*Server, error) {
 				if h, ok := cfg.Unauthenticated[r.URL.Path]; ok {
 					h.ServeHTTP(w, r)
 					return
+				}
+				for prefix, h := range cfg.Unauthenticated {
+					if strings.HasSuffix(prefix, "/") && strings.HasPrefix(r.URL.Path, prefix) {
+						h.ServeHTTP(w, r)
+						return
+					}
 				}
 				chain.ServeHTTP(w, r)
 			})

@@ -467,4 +467,22 @@ func TestDeadVoterIsReplaced(t *testing.T) {
 	if _, err := s.Hosts[0].Kubectl(ctx, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: after-replace\n", "create", "-f", "-"); err != nil {
 		t.Fatalf("write after the replacement: %v", err)
 	}
+
+	// The replaced host comes back with its old data: it keeps that aside and rejoins as a
+	// standby; the site keeps its 3 voters.
+	if err := victim.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Minute, victim.Name+" back as a Ready standby", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		out, err := s.Hosts[0].Kubectl(ctx, "", "get", "node", victim.Name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		return err == nil && out == "True" && strings.Contains(victim.Logs(), "rejoins as a standby"), fmt.Sprint(out, err)
+	})
+	if v, state := voters(); len(v) != 3 || v[victim.Name] {
+		t.Fatalf("voters after the comeback: %s", state)
+	}
+	if old, _ := filepath.Glob(filepath.Join(victim.DataDir, "etcd.removed-*")); len(old) != 1 {
+		t.Fatalf("the removed member's data should be kept aside once: %v", old)
+	}
 }

@@ -788,6 +788,12 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitSourceSpec(ref common.ReferenceC
 							Ref:         ref(v1alpha1.LocalObjectReference{}.OpenAPIModelName()),
 						},
 					},
+					"webhookSecretRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "WebhookSecretRef names a Secret in the GitSource's namespace whose \"token\" key authenticates push webhooks sent to the API port at /hooks/git/<namespace>/<name>: GitHub and Gitea sign the body with it (HMAC-SHA256, X-Hub-Signature-256 / X-Gitea-Signature), GitLab sends it as X-Gitlab-Token. A verified push fetches at once. Without it the source accepts no webhooks.",
+							Ref:         ref(v1alpha1.LocalObjectReference{}.OpenAPIModelName()),
+						},
+					},
 					"verify": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Verify, when set, requires the fetched commit to be signed by a trusted key.",
@@ -809,7 +815,7 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitSourceSpec(ref common.ReferenceC
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "DependsOn lists GitSources that must be Ready before this one is applied.",
+							Description: "DependsOn lists GitSources that must be Ready and Healthy (at their last applied revision) before this one is applied.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -907,6 +913,25 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitSourceStatus(ref common.Referenc
 							Format:      "",
 						},
 					},
+					"progressing": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Progressing lists the applied objects that are not healthy yet, one line each: \"Kind namespace/name: why\" (at most 50 lines).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
 				},
 			},
 		},
@@ -933,7 +958,7 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitVerification(ref common.Referenc
 					},
 					"secretRef": {
 						SchemaProps: spec.SchemaProps{
-							Description: "SecretRef names a Secret in the GitSource's namespace whose data values are the trusted public keys (OpenPGP armored or SSH authorized_keys lines).",
+							Description: "SecretRef names a Secret in the GitSource's namespace whose data values are the trusted OpenPGP public keys (ASCII-armored, one or more per value). Required for mode \"head\".",
 							Ref:         ref(v1alpha1.LocalObjectReference{}.OpenAPIModelName()),
 						},
 					},

@@ -17,8 +17,12 @@ const (
 // Condition types recorded in GitSourceStatus.Conditions (the flux/kstatus set).
 const (
 	// ConditionReady is True when the last attempted revision was fetched, verified,
-	// rendered and applied, and the applied objects are healthy.
+	// rendered and applied. Whether the applied objects are healthy is ConditionHealthy.
 	ConditionReady = "Ready"
+	// ConditionHealthy is True when every applied object is healthy as kstatus computes it
+	// (Deployments available, Jobs complete, ...); its message lists what still progresses.
+	// A source that dependsOn this one waits until both Ready and Healthy are True.
+	ConditionHealthy = "Healthy"
 	// ConditionReconciling is True while a fetch/apply of a new revision is in progress.
 	ConditionReconciling = "Reconciling"
 	// ConditionStalled is True when reconciliation cannot progress without a change by
@@ -87,6 +91,14 @@ type GitSourceSpec struct {
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
 
+	// WebhookSecretRef names a Secret in the GitSource's namespace whose "token" key
+	// authenticates push webhooks sent to the API port at /hooks/git/<namespace>/<name>:
+	// GitHub and Gitea sign the body with it (HMAC-SHA256, X-Hub-Signature-256 /
+	// X-Gitea-Signature), GitLab sends it as X-Gitlab-Token. A verified push fetches at once.
+	// Without it the source accepts no webhooks.
+	// +optional
+	WebhookSecretRef *LocalObjectReference `json:"webhookSecretRef,omitempty"`
+
 	// Verify, when set, requires the fetched commit to be signed by a trusted key.
 	// +optional
 	Verify *GitVerification `json:"verify,omitempty"`
@@ -97,7 +109,8 @@ type GitSourceSpec struct {
 	// +default=true
 	Prune *bool `json:"prune,omitempty"`
 
-	// DependsOn lists GitSources that must be Ready before this one is applied.
+	// DependsOn lists GitSources that must be Ready and Healthy (at their last applied
+	// revision) before this one is applied.
 	// +optional
 	// +listType=atomic
 	DependsOn []NamespacedObjectReference `json:"dependsOn,omitempty"`
@@ -161,7 +174,8 @@ type GitVerification struct {
 	Mode VerifyMode `json:"mode"`
 
 	// SecretRef names a Secret in the GitSource's namespace whose data values are the
-	// trusted public keys (OpenPGP armored or SSH authorized_keys lines).
+	// trusted OpenPGP public keys (ASCII-armored, one or more per value). Required for
+	// mode "head".
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
 }
@@ -201,6 +215,12 @@ type GitSourceStatus struct {
 	// Health summarises the applied objects: Healthy, Progressing, Degraded or Unknown.
 	// +optional
 	Health string `json:"health,omitempty"`
+
+	// Progressing lists the applied objects that are not healthy yet, one line each:
+	// "Kind namespace/name: why" (at most 50 lines).
+	// +optional
+	// +listType=atomic
+	Progressing []string `json:"progressing,omitempty"`
 }
 
 // ResourceInventory is the set of objects a GitSource applied.

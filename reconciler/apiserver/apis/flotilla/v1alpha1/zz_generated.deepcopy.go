@@ -108,6 +108,11 @@ func (in *GitSourceSpec) DeepCopyInto(out *GitSourceSpec) {
 		*out = new(LocalObjectReference)
 		**out = **in
 	}
+	if in.WebhookSecretRef != nil {
+		in, out := &in.WebhookSecretRef, &out.WebhookSecretRef
+		*out = new(LocalObjectReference)
+		**out = **in
+	}
 	if in.Verify != nil {
 		in, out := &in.Verify, &out.Verify
 		*out = new(GitVerification)
@@ -150,6 +155,11 @@ func (in *GitSourceStatus) DeepCopyInto(out *GitSourceStatus) {
 		in, out := &in.Inventory, &out.Inventory
 		*out = new(ResourceInventory)
 		(*in).DeepCopyInto(*out)
+	}
+	if in.Progressing != nil {
+		in, out := &in.Progressing, &out.Progressing
+		*out = make([]string, len(*in))
+		copy(*out, *in)
 	}
 	return
 }
