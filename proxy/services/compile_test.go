@@ -288,9 +288,10 @@ func TestChooseMode(t *testing.T) {
 	}{
 		{"auto", false, ModeNftables, false, "no ip_vs"},
 		{"", false, ModeNftables, false, "no ip_vs"},
-		{"auto", true, ModeNftables, false, "cannot program"},
+		{"auto", true, ModeIPVS, false, "IPVS"},
 		{"nftables", true, ModeNftables, false, "requested"},
-		{"ipvs", true, "", true, ""},
+		{"ipvs", true, ModeIPVS, false, "requested"},
+		{"ipvs", false, "", true, ""},
 		{"iptables", false, "", true, ""},
 	} {
 		got, why, err := chooseMode(c.mode, c.ipvs)

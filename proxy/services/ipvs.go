@@ -150,21 +150,3 @@ func PlanRealServers(have []KernelRealServer, want []RealServer) RealServerOps {
 	}
 	return ops
 }
-
-// IPVS is the ipvs backend. It compiles the model but cannot program a kernel yet: this
-// project's machines have no ip_vs to test against, and an untested netlink writer is worse
-// than a clear refusal. Run refuses --proxy-mode=ipvs and auto picks nftables.
-type IPVS struct {
-	last IPVSState
-}
-
-var _ Backend = (*IPVS)(nil)
-
-// Apply compiles ds and returns ErrIPVSUnavailable.
-func (b *IPVS) Apply(ds DesiredState) error {
-	b.last = CompileIPVS(ds)
-	return ErrIPVSUnavailable
-}
-
-// Cleanup has nothing to remove: Apply never programs the kernel.
-func (b *IPVS) Cleanup() error { return nil }

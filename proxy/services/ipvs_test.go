@@ -127,9 +127,19 @@ func TestPlanRealServers(t *testing.T) {
 	}
 }
 
+// TestIPVSBackendRefuses: on a kernel without IPVS (this project's machines) Apply refuses
+// with ErrIPVSUnavailable instead of trusting github.com/moby/ipvs, which reports success
+// there; on one with IPVS a zero IPVS (not made by NewIPVS) refuses to touch the namespace.
 func TestIPVSBackendRefuses(t *testing.T) {
 	var b IPVS
-	if err := b.Apply(DesiredState{}); !errors.Is(err, ErrIPVSUnavailable) {
-		t.Fatalf("Apply: %v, want ErrIPVSUnavailable", err)
+	err := b.Apply(DesiredState{})
+	if CheckIPVS() != nil {
+		if !errors.Is(err, ErrIPVSUnavailable) {
+			t.Fatalf("Apply without kernel IPVS: %v, want ErrIPVSUnavailable", err)
+		}
+		return
+	}
+	if err == nil || !strings.Contains(err.Error(), "NewIPVS") {
+		t.Fatalf("Apply on a zero IPVS: %v, want a refusal naming NewIPVS", err)
 	}
 }

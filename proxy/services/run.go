@@ -28,7 +28,7 @@ const (
 // Config configures Run.
 type Config struct {
 	NodeName string
-	// Mode is "auto" (ipvs when /proc/net/ip_vs exists and the ipvs backend can program it,
+	// Mode is "auto" (ipvs when the kernel has the IPVS netlink family, see CheckIPVS,
 	// else nftables; the choice is logged), "nftables" or "ipvs".
 	Mode         string
 	ClusterCIDR  string        // pod CIDR, default 10.244.0.0/16: sources outside it are masqueraded
@@ -40,12 +40,9 @@ type Config struct {
 	Log   *logrus.Entry
 }
 
-// ipvsProcFile exists when the kernel has the ip_vs module loaded.
-const ipvsProcFile = "/proc/net/ip_vs"
-
-// ErrIPVSUnavailable is returned for --proxy-mode=ipvs: the ipvs backend compiles Services into
-// IPVS virtual/real servers (see CompileIPVS) but cannot program a kernel yet.
-var ErrIPVSUnavailable = errors.New("proxy mode ipvs is not available: the IPVS backend compiles its virtual servers but cannot program the kernel yet; use --proxy-mode=nftables or auto")
+// ErrIPVSUnavailable is returned for --proxy-mode=ipvs when the kernel has no IPVS (see
+// CheckIPVS).
+var ErrIPVSUnavailable = errors.New("proxy mode ipvs is not available")
 
 // Run watches Services, EndpointSlices and this host's Node and keeps the dataplane in sync
 // until ctx ends. The kernel rules stay in place when Run returns, so Service addresses keep
@@ -68,8 +65,16 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config) error {
 	if err != nil || !cidr.Addr().Is4() {
 		return fmt.Errorf("services proxy: cluster CIDR %q is not an IPv4 prefix such as 10.244.0.0/16", cfg.ClusterCIDR)
 	}
-	mode, why, err := chooseMode(cfg.Mode, fileExists(ipvsProcFile))
+	var ipvsErr error = ErrIPVSUnavailable
+	if cfg.Mode != ModeNftables {
+		// Only when IPVS may be chosen: the check may load the ip_vs module.
+		ipvsErr = CheckIPVS()
+	}
+	mode, why, err := chooseMode(cfg.Mode, ipvsErr == nil)
 	if err != nil {
+		if cfg.Mode == ModeIPVS && ipvsErr != nil {
+			return fmt.Errorf("services proxy: %w", ipvsErr)
+		}
 		return err
 	}
 	log.WithFields(logrus.Fields{"mode": mode, "reason": why}).Info("service proxy mode chosen")
@@ -83,7 +88,15 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config) error {
 		defer f.Close()
 		nsFd = int(f.Fd())
 	}
-	backend := NewNftables(NftablesOptions{Table: cfg.TableName, ClusterCIDR: cidr, NetNSFd: nsFd, Log: log})
+	var backend interface {
+		Backend
+		Resyncer
+	}
+	if mode == ModeIPVS {
+		backend = NewIPVS(IPVSOptions{NetNS: cfg.NetNS, ClusterCIDR: cidr, Log: log})
+	} else {
+		backend = NewNftables(NftablesOptions{Table: cfg.TableName, ClusterCIDR: cidr, NetNSFd: nsFd, Log: log})
+	}
 
 	factory := informers.NewSharedInformerFactory(client, 0)
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -184,18 +197,16 @@ func chooseMode(mode string, haveIPVS bool) (chosen, reason string, err error) {
 	switch mode {
 	case "", ModeAuto:
 		if haveIPVS {
-			return ModeNftables, "kernel has ip_vs, but the ipvs backend cannot program it yet: using nftables", nil
+			return ModeIPVS, "kernel has the IPVS netlink family: using ipvs", nil
 		}
-		return ModeNftables, "kernel has no ip_vs (" + ipvsProcFile + " missing): using nftables", nil
+		return ModeNftables, "kernel has no ip_vs (no IPVS netlink family): using nftables", nil
 	case ModeNftables:
 		return ModeNftables, "requested", nil
 	case ModeIPVS:
-		return "", "", ErrIPVSUnavailable
+		if !haveIPVS {
+			return "", "", fmt.Errorf("%w: the kernel has no IPVS netlink family; load ip_vs or use --proxy-mode=nftables or auto", ErrIPVSUnavailable)
+		}
+		return ModeIPVS, "requested", nil
 	}
 	return "", "", fmt.Errorf("services proxy: unknown proxy mode %q: use auto, nftables or ipvs", mode)
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }
