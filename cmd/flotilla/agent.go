@@ -106,7 +106,7 @@ func newAgentCommand() *cobra.Command {
 	f.StringArrayVar(&o.join, "join", nil, "HOST:PORT of a host of the site to join (gossip port; repeatable); without it this host starts a new site")
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the site's join token (the first host writes <data-dir>/token; joining hosts need a copy)")
 	f.IntVar(&o.etcdVoters, "etcd-voters", 3, "how many hosts hold an etcd vote (1, 3 or 5)")
-	f.DurationVar(&o.replaceAfter, "voter-replace-after", 60*time.Second, "remove an etcd voter that gossip reports dead for this long")
+	f.DurationVar(&o.replaceAfter, "voter-replace-after", 60*time.Second, "replace an etcd voter that gossip reports dead for this long, when an alive standby host can take its place")
 	f.StringVar(&o.controllers, "controllers", "*", "controllers this host runs when it leads: * for all, a comma list of names, or empty for none")
 	f.Int64Var(&o.tolerationSecs, "default-toleration-seconds", 300, "tolerationSeconds of the not-ready/unreachable NoExecute tolerations new pods get: how long pods stay on a failed host before eviction")
 	f.DurationVar(&o.nodeGrace, "node-monitor-grace-period", 40*time.Second, "how long a host may miss heartbeats (Lease renewals) before its Node goes Ready=Unknown and gets the unreachable taints")
