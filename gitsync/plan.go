@@ -236,24 +236,11 @@ func planItem(action PlanAction, o Object) PlanItem {
 		Namespace: o.Obj.GetNamespace(), Name: o.Obj.GetName()}
 }
 
-// planMapping is Applier.mapping: a kind the cached discovery does not know yet may have
-// been added since (a CRD), so the mapper is reset once.
-func (a *Applier) planMapping(gvk schema.GroupVersionKind) (*meta.RESTMapping, error) {
-	m, err := a.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil && meta.IsNoMatchError(err) {
-		if r, ok := a.Mapper.(resetMapper); ok {
-			r.Reset()
-			m, err = a.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		}
-	}
-	return m, err
-}
-
 // planObject dry-runs o exactly as Apply would patch it and compares the result with the
 // live object. Errors are returned only when the API could not be asked at all.
 func (a *Applier) planObject(ctx context.Context, o Object, source string) (PlanItem, error) {
 	it := planItem(PlanUnchanged, o)
-	m, err := a.planMapping(o.Obj.GroupVersionKind())
+	m, err := a.mapping(o.Obj.GroupVersionKind())
 	if err != nil {
 		return it, fmt.Errorf("%s: %w", describe(o), err)
 	}
@@ -358,7 +345,7 @@ func (a *Applier) planPrune(ctx context.Context, stale []v1alpha1.ResourceRef, s
 			return nil, err
 		}
 		it := PlanItem{Action: PlanDelete, APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Namespace: ns, Name: name}
-		m, err := a.planMapping(gvk)
+		m, err := a.mapping(gvk)
 		if err != nil {
 			it.Action, it.Reason = PlanKeep, "kind "+gvk.String()+" is no longer served"
 			out = append(out, it)

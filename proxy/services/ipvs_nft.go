@@ -127,23 +127,7 @@ func (b *IPVS) applyNft(s *ipvsNftState) error {
 			cat(lookupVIP(sets[ipvsSetReject], false), l4protoIs(protoTCP), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}),
 			cat(lookupVIP(sets[ipvsSetReject], false), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 3 /* port unreachable */}}),
 		}},
-		{"masq-postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource, [][]expr.Any{
-			// hairpin: after IPVS picked the client itself, without SNAT it would answer
-			// itself directly and drop the reply.
-			{loadSaddr(reg1), loadDaddr(reg32), &expr.Lookup{SourceRegister: reg1, SetName: hp.Name, SetID: hp.ID}, &expr.Masq{FullyRandom: true}},
-			{
-				&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
-				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(masqMark), Xor: native32(0)},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(0)},
-				verdict(expr.VerdictReturn, ""),
-			},
-			{
-				&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
-				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(^uint32(0)), Xor: native32(masqMark)},
-				&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1},
-			},
-			{&expr.Masq{FullyRandom: true}},
-		}},
+		{"masq-postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource, masqueradeRules(hp)},
 	}
 	for _, ch := range chains {
 		prio := ch.prio

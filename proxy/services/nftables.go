@@ -617,23 +617,7 @@ func staticChains() []staticChain {
 		}},
 		{name: chainMasquerading, rules: func(b *batch) [][]expr.Any {
 			hp := b.set(setHairpin)
-			return [][]expr.Any{
-				// hairpin: a pod reached itself through a Service; without SNAT it would answer
-				// itself directly and drop the reply.
-				{loadSaddr(reg1), loadDaddr(reg32), &expr.Lookup{SourceRegister: reg1, SetName: hp.Name, SetID: hp.ID}, &expr.Masq{FullyRandom: true}},
-				{
-					&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
-					&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(masqMark), Xor: native32(0)},
-					&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(0)},
-					verdict(expr.VerdictReturn, ""),
-				},
-				{
-					&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
-					&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(^uint32(0)), Xor: native32(masqMark)},
-					&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1},
-				},
-				{&expr.Masq{FullyRandom: true}},
-			}
+			return masqueradeRules(hp)
 		}},
 		{name: chainEPCheck, rules: func(b *batch) [][]expr.Any {
 			return [][]expr.Any{
@@ -716,5 +700,26 @@ func oneIn(n int) []expr.Any {
 	return []expr.Any{
 		&expr.Numgen{Register: reg1, Modulus: uint32(n), Type: unix.NFT_NG_RANDOM},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(0)},
+	}
+}
+
+// masqueradeRules SNAT hairpin traffic (a pod that reached itself through a Service would
+// otherwise answer itself directly and drop the reply) and packets marked for masquerade,
+// clearing the mark. Both dataplanes (nftables and IPVS's companion table) use them.
+func masqueradeRules(hp *nftables.Set) [][]expr.Any {
+	return [][]expr.Any{
+		{loadSaddr(reg1), loadDaddr(reg32), &expr.Lookup{SourceRegister: reg1, SetName: hp.Name, SetID: hp.ID}, &expr.Masq{FullyRandom: true}},
+		{
+			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(masqMark), Xor: native32(0)},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(0)},
+			verdict(expr.VerdictReturn, ""),
+		},
+		{
+			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(^uint32(0)), Xor: native32(masqMark)},
+			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1},
+		},
+		{&expr.Masq{FullyRandom: true}},
 	}
 }
