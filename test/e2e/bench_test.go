@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -16,8 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/flotilla-dev/flotilla/gitsync"
 	"github.com/flotilla-dev/flotilla/test/e2e/harness"
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
@@ -25,7 +32,8 @@ import (
 // BenchmarkGitOps measures a 3-host site end to end (make bench-e2e runs it with -benchtime 1x;
 // it does its own rounds):
 //   - git commit -> the new version's pods all Ready and the new version answering through the
-//     ingress of every host, with gitsync polling (interval 5 s);
+//     ingress of every host, with gitsync polling (interval 5 s), then with a push webhook
+//     (interval 10 minutes);
 //   - the memory (RSS) of each host's agent, its containerd and its shims with
 //     FLOTILLA_BENCH_PODS_PER_HOST pods (default 50) running on every host.
 func BenchmarkGitOps(b *testing.B) {
@@ -70,12 +78,58 @@ spec: {url: %q, ref: {branch: main}, interval: 5s}
 		took = append(took, time.Since(start))
 		b.Logf("round %d: commit -> %s answering on every host: %s", i+1, version, took[i].Round(10*time.Millisecond))
 	}
+	report(b, "poll every 5 s", "poll", took)
+
+	// The same with a push webhook and a 10 minute interval: only the webhook starts a fetch.
+	if _, err := c.CoreV1().Secrets("kube-system").Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "git-webhook"}, Data: map[string][]byte{gitsync.WebhookTokenKey: []byte("bench-t0ken")},
+	}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	if out, err := s.Hosts[0].Kubectl(context.Background(), "", "-n", "kube-system", "patch", "gitsource", "site", "--type=merge",
+		"-p", `{"spec":{"interval":"10m","webhookSecretRef":{"name":"git-webhook"}}}`); err != nil {
+		b.Fatalf("patch GitSource: %v %s", err, out)
+	}
+	time.Sleep(3 * time.Second) // the spec change runs a round of its own
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.Hosts[1].Kubeconfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	hc, err := rest.HTTPClientFor(cfg) // trusts the site CA
+	if err != nil {
+		b.Fatal(err)
+	}
+	took = nil
+	for i := 0; i < rounds; i++ {
+		version := fmt.Sprintf("w%d", i+1)
+		next := strings.Replace(deployment, `value: "v1"`, fmt.Sprintf("value: %q", version), 1)
+		start := time.Now()
+		if _, err := repo.Commit("hello "+version, map[string]string{"deployment.yaml": next}); err != nil {
+			b.Fatal(err)
+		}
+		body := `{"ref":"refs/heads/main"}`
+		mac := hmac.New(sha256.New, []byte("bench-t0ken"))
+		mac.Write([]byte(body))
+		req, err := http.NewRequest(http.MethodPost, cfg.Host+"/hooks/git/kube-system/site", strings.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.Header.Set("X-GitHub-Event", "push")
+		req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+		resp, err := hc.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			b.Fatalf("webhook answered %d, want 202", resp.StatusCode)
+		}
+		waitServing(b, c, s.Hosts, version, 3*time.Minute)
+		took = append(took, time.Since(start))
+		b.Logf("webhook round %d: commit -> %s answering on every host: %s", i+1, version, took[i].Round(10*time.Millisecond))
+	}
+	report(b, "push webhook", "webhook", took)
 	b.StopTimer()
-	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
-	b.ReportMetric(took[len(took)/2].Seconds(), "s-commit-to-serving-p50")
-	b.ReportMetric(took[len(took)-1].Seconds(), "s-commit-to-serving-max")
-	fmt.Printf("git commit -> all pods Ready and answering through every ingress (poll every 5 s, %d rounds): p50 %s, max %s\n",
-		rounds, took[len(took)/2].Round(10*time.Millisecond), took[len(took)-1].Round(10*time.Millisecond))
 
 	// Memory with perHost pods on every host.
 	load := &appsv1.Deployment{
@@ -122,6 +176,15 @@ spec: {url: %q, ref: {branch: main}, interval: 5s}
 		fmt.Printf("%s with %d pods: agent RSS %d MiB, containerd %d MiB, %d shims %d MiB\n", h.Name, perHost, agent/1024, ctrd/1024, nShims, shims/1024)
 		b.ReportMetric(float64(agent)/1024, "MiB-agent-rss-"+h.Name)
 	}
+}
+
+// report prints and records the median and the maximum of took.
+func report(b *testing.B, how, metric string, took []time.Duration) {
+	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+	b.ReportMetric(took[len(took)/2].Seconds(), "s-commit-to-serving-"+metric+"-p50")
+	b.ReportMetric(took[len(took)-1].Seconds(), "s-commit-to-serving-"+metric+"-max")
+	fmt.Printf("git commit -> all pods Ready and answering through every ingress (%s, %d rounds): p50 %s, max %s\n",
+		how, len(took), took[len(took)/2].Round(10*time.Millisecond), took[len(took)-1].Round(10*time.Millisecond))
 }
 
 // waitServing waits until the hello Deployment runs version everywhere: rolled out, and the
