@@ -36,6 +36,8 @@ func (m *PodManager) Serve(ctx context.Context, cfg ServerConfig) error {
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", m.serveLogs)
 	mux.HandleFunc("GET /exec/{namespace}/{pod}/{container}", m.serveExec)
 	mux.HandleFunc("POST /exec/{namespace}/{pod}/{container}", m.serveExec)
+	mux.HandleFunc("GET /portForward/{namespace}/{pod}", m.servePortForward)
+	mux.HandleFunc("POST /portForward/{namespace}/{pod}", m.servePortForward)
 	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
 	if err != nil {
 		return fmt.Errorf("node agent endpoint certificate: %w", err)

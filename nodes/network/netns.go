@@ -1,9 +1,11 @@
 package network
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"runtime"
 
@@ -77,4 +79,23 @@ func removeNetNS(path string) error {
 		return fmt.Errorf("remove network namespace %s: %w", path, err)
 	}
 	return nil
+}
+
+// DialInNetNS connects to addr from inside the network namespace pinned at nsPath (a pod's
+// sandbox): the socket is made in that namespace and keeps it after the thread leaves, so
+// 127.0.0.1 is the pod's own loopback (kubectl port-forward).
+func DialInNetNS(ctx context.Context, nsPath, network, addr string) (net.Conn, error) {
+	ns, err := netns.GetFromPath(nsPath)
+	if err != nil {
+		return nil, fmt.Errorf("open network namespace %s: %w", nsPath, err)
+	}
+	defer ns.Close()
+	var conn net.Conn
+	err = inNetNS(ns, func() error {
+		var d net.Dialer
+		var err error
+		conn, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return conn, err
 }

@@ -186,6 +186,9 @@ func (c podOptionsCodec) DecodeParameters(params url.Values, from schema.GroupVe
 	if e, ok := into.(*corev1.PodExecOptions); ok {
 		return decodeExecOptions(params, e)
 	}
+	if f, ok := into.(*corev1.PodPortForwardOptions); ok {
+		return decodePortForwardOptions(params, f)
+	}
 	o, ok := into.(*corev1.PodLogOptions)
 	if !ok {
 		return c.ParameterCodec.DecodeParameters(params, from, into)

@@ -265,6 +265,7 @@ func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, c
 	}
 	core["pods/log"] = &podLogREST{d: dialer}
 	core["pods/exec"] = &podExecREST{d: dialer}
+	core["pods/portforward"] = &podPortForwardREST{d: dialer}
 	nsStore := stores[corev1.Resource("namespaces")]
 	core["namespaces"] = &namespaceREST{store: nsStore}
 	core["namespaces/finalize"] = newFinalizeREST(nsStore.Store, strategies[corev1.Resource("namespaces")])

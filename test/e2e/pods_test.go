@@ -297,6 +297,26 @@ func TestPodsRunOnContainerd(t *testing.T) {
 		}
 	})
 
+	t.Run("kubectl port-forward through another host's API", func(t *testing.T) {
+		port := framework.FreePort(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		cmd := exec.CommandContext(ctx, framework.KubectlBin(t), "--kubeconfig", s.Hosts[1].Kubeconfig(), "port-forward",
+			"pod/simple", fmt.Sprintf("%d:8080", port))
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cancel(); _ = cmd.Wait() }()
+		for i := 0; i < 3; i++ { // several connections over one port-forward
+			waitFor(t, 30*time.Second, "the pod answers on the forwarded loopback port", func() (bool, string) {
+				code, body, err := get(fmt.Sprintf("http://127.0.0.1:%d/", port), "")
+				return code == 200 && strings.Contains(body, "hello from simple"), fmt.Sprint(code, body, err, out.String())
+			})
+		}
+	})
+
 	t.Run("a pod on host 1 reaches a pod on host 3", func(t *testing.T) {
 		create(t, c, newPod("server", "host-3", corev1.RestartPolicyAlways, tool("app", "serve", "8080")))
 		srv := waitPod(t, c, "server", 60*time.Second, "running with an IP", func(p *corev1.Pod) bool {
