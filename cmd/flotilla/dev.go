@@ -56,7 +56,7 @@ func newDevCommand() *cobra.Command {
 		Use: "status", Short: "Show the hosts of the dev site", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return devStatus(cmd.Context(), o) },
 	}
-	cmd.AddCommand(up, down, status)
+	cmd.AddCommand(up, down, status, newDevNotifyCommand(o))
 	return cmd
 }
 
@@ -176,6 +176,10 @@ func devUp(ctx context.Context, o *devOptions) error {
 			return fmt.Errorf("record GitSource kube-system/root: %w", err)
 		}
 		step("GitSource kube-system/root follows %s (branch main)", repo.Bare)
+		if err := installPushHook(wctx, cfg, o, repo.Bare); err != nil {
+			return fmt.Errorf("push webhook: %w", err)
+		}
+		step("a git push to it notifies the site at once (hooks/post-receive -> flotilla dev notify)")
 		url = "http://" + first.IP + "/"
 		if err := waitApp(wctx, client, url, step); err != nil {
 			return fmt.Errorf("%w (agent logs: %s/host-N.log)", err, o.dir)
@@ -193,7 +197,7 @@ API: https://%s:6443
 `, o.hosts, o.dir, first.Kubeconfig(), o.kubectl, o.kubectl, o.dir, o.dir, first.IP)
 	if repo != nil {
 		fmt.Printf(`
-The site deploys %s from git (GitSource kube-system/root, checked every minute):
+The site deploys %s from git (GitSource kube-system/root; a push notifies it at once):
   %s get gitsources -A
   cd %s && $EDITOR deployment.yaml && git commit -am "change" && git push
   %s -n hello rollout status deployment/hello

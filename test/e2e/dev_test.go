@@ -1,17 +1,20 @@
 package e2e
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flotilla-dev/flotilla/test/e2e/harness"
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
 
 // TestDevUpDown runs the commands behind `make demo` / `make demo-down` and checks that the
-// site answers and that nothing is left behind.
+// app answers, that a git push deploys at once, and that nothing is left behind.
 func TestDevUpDown(t *testing.T) {
 	if err := harness.Preflight(); err != nil {
 		if framework.InCI() {
@@ -29,15 +32,53 @@ func TestDevUpDown(t *testing.T) {
 		return string(out)
 	}
 	t.Cleanup(func() { _, _ = exec.Command(bin, "dev", "down", "--dir", dir).CombinedOutput() })
-	out := run("dev", "up", "--dir", dir, "--hosts", "2", "--kubectl", kubectl)
+	out := run("dev", "up", "--dir", dir, "--hosts", "2", "--kubectl", kubectl,
+		"--app", filepath.Join(framework.RepoRoot(), "examples", "hello"), "--images", imagesDir(t))
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "API: https://") {
-		t.Errorf("last line %q, want the API URL", last)
+	url := lines[len(lines)-1]
+	if !strings.HasPrefix(url, "http://") {
+		t.Fatalf("last line %q, want the app's URL", url)
+	}
+	if code, body, err := get(url, ""); code != 200 || !strings.Contains(body, "version v1") {
+		t.Fatalf("GET %s: %d %q %v", url, code, body, err)
 	}
 	nodes, err := exec.Command(kubectl, "--kubeconfig", filepath.Join(dir, "host-2", "kubeconfig"), "get", "nodes", "--no-headers").CombinedOutput()
 	if err != nil || strings.Count(string(nodes), " Ready ") != 2 {
 		t.Errorf("kubectl get nodes through host-2: %v\n%s", err, nodes)
 	}
+
+	// A push deploys at once: the repository's hook sends the site a signed push event (the
+	// source otherwise polls every minute).
+	work := filepath.Join(dir, "work")
+	b, err := os.ReadFile(filepath.Join(work, "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(work, "deployment.yaml"), []byte(strings.Replace(string(b), `value: "v1"`, `value: "v2"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git := func(args ...string) string {
+		out, err := exec.Command("git", append([]string{"-C", work}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("-c", "user.name=test", "-c", "user.email=test@flotilla.invalid", "commit", "-qam", "hello v2")
+	pushed := time.Now()
+	git("push", "-q")
+	rev := git("rev-parse", "HEAD")
+	waitFor(t, 15*time.Second, "the pushed commit applied through the push webhook", func() (bool, string) {
+		out, err := exec.Command(kubectl, "--kubeconfig", filepath.Join(dir, "host-1", "kubeconfig"), "-n", "kube-system", "get", "gitsource", "root",
+			"-o", `jsonpath={.metadata.annotations.flotilla\.dev/requested-at} {.status.lastAppliedRevision}`).CombinedOutput()
+		f := strings.Fields(string(out))
+		return err == nil && len(f) == 2 && strings.HasSuffix(f[1], rev), fmt.Sprint(string(out), err)
+	})
+	t.Logf("git push -> applied: %s", time.Since(pushed).Round(100*time.Millisecond))
+	waitFor(t, 90*time.Second, "v2 answering", func() (bool, string) {
+		code, body, err := get(url, "")
+		return code == 200 && strings.Contains(body, "version v2"), fmt.Sprint(code, body, err)
+	})
 	if status := run("dev", "status", "--dir", dir); strings.Count(status, "running") != 2 {
 		t.Errorf("dev status:\n%s", status)
 	}
