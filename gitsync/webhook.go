@@ -238,3 +238,28 @@ func (w *Webhook) handle(ctx context.Context, cl *hookClients, log *logrus.Entry
 	log.WithField("event", event).Info("webhook: push received; fetch requested")
 	return http.StatusAccepted, "fetch requested"
 }
+
+// SendPushEvent posts a signed GitHub-style push event for branch to the webhook of the
+// GitSource ns/name on the API at apiURL, as a git server would (the demo's post-receive hook,
+// benchmarks). c must trust the site's CA. Anything but 202 Accepted is an error.
+func SendPushEvent(ctx context.Context, c *http.Client, apiURL, ns, name, branch string, token []byte) error {
+	body := fmt.Sprintf(`{"ref":"refs/heads/%s"}`, branch)
+	mac := hmac.New(sha256.New, token)
+	mac.Write([]byte(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(apiURL, "/")+WebhookPathPrefix+ns+"/"+name, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-GitHub-Event", "push")
+	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("send the push event: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("the site answered the push event with %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+	}
+	return nil
+}

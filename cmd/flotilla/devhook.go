@@ -2,11 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,24 +97,7 @@ func devNotify(ctx context.Context, o *devOptions) error {
 	if err != nil {
 		return err
 	}
-	body := `{"ref":"refs/heads/main"}`
-	mac := hmac.New(sha256.New, []byte(strings.TrimSpace(string(b))))
-	mac.Write([]byte(body))
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, cfg.Host+gitsync.WebhookPathPrefix+"kube-system/root", strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("X-GitHub-Event", "push")
-	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("send the push event: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		return fmt.Errorf("the site answered the push event with %s", resp.Status)
-	}
-	return nil
+	return gitsync.SendPushEvent(rctx, hc, cfg.Host, "kube-system", "root", "main", []byte(strings.TrimSpace(string(b))))
 }
