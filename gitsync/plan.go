@@ -316,31 +316,11 @@ func (a *Applier) planObject(ctx context.Context, o Object, source string) (Plan
 	return it, nil
 }
 
-// planProtectedNamespaces mirrors prune.go's protectedNamespaces.
-var planProtectedNamespaces = []string{"default", "kube-system", "kube-public", "kube-node-lease"}
-
-// PruneKeepReason says why gitsync's Prune would keep the live object of a stale inventory
-// entry for source, or "" when it would delete it.
-func PruneKeepReason(live *unstructured.Unstructured, source string) string {
-	isNS := live.GroupVersionKind().GroupKind() == (schema.GroupKind{Kind: "Namespace"})
-	switch {
-	case live.GetLabels()[SourceLabel] != source:
-		return fmt.Sprintf("label %s is %q, not %q: the object is no longer this source's", SourceLabel, live.GetLabels()[SourceLabel], source)
-	case live.GetAnnotations()[PruneAnnotation] == "disabled":
-		return "annotated " + PruneAnnotation + ": disabled"
-	case isNS && slices.Contains(planProtectedNamespaces, live.GetName()):
-		return "namespace " + live.GetName() + " is never pruned"
-	case isNS && live.GetAnnotations()[CreatedByAnnotation] != source:
-		return "namespace was not created by this source (no " + CreatedByAnnotation + ": " + source + ")"
-	}
-	return ""
-}
-
 // planPrune lists what Prune would do with the stale entries, without deleting.
 func (a *Applier) planPrune(ctx context.Context, stale []v1alpha1.ResourceRef, source string, prune bool) ([]PlanItem, error) {
 	var out []PlanItem
 	for _, ref := range stale {
-		ns, name, gvk, err := planParseID(ref)
+		ns, name, gvk, err := parseID(ref)
 		if err != nil {
 			return nil, err
 		}
@@ -371,13 +351,4 @@ func (a *Applier) planPrune(ctx context.Context, stale []v1alpha1.ResourceRef, s
 		out = append(out, it)
 	}
 	return out, nil
-}
-
-// planParseID is prune.go's parseID: "<namespace>_<name>_<group>_<kind>".
-func planParseID(ref v1alpha1.ResourceRef) (ns, name string, gvk schema.GroupVersionKind, err error) {
-	p := strings.Split(ref.ID, "_")
-	if len(p) != 4 {
-		return "", "", gvk, fmt.Errorf("inventory id %q: want <namespace>_<name>_<group>_<kind>", ref.ID)
-	}
-	return p[0], p[1], schema.GroupVersionKind{Group: p[2], Version: ref.Version, Kind: p[3]}, nil
 }

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
@@ -87,10 +88,7 @@ func (a *Applier) Prune(ctx context.Context, stale []v1alpha1.ResourceRef, sourc
 			errs = append(errs, fmt.Errorf("prune %s: %w", ref.ID, gerr))
 			continue
 		}
-		isNS := gvk.Group == "" && gvk.Kind == "Namespace"
-		if live.GetLabels()[SourceLabel] != source ||
-			live.GetAnnotations()[PruneAnnotation] == "disabled" ||
-			(isNS && (slices.Contains(protectedNamespaces, name) || live.GetAnnotations()[CreatedByAnnotation] != source)) {
+		if PruneKeepReason(live, source) != "" {
 			kept = append(kept, ref.ID)
 			continue
 		}
@@ -110,4 +108,21 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// PruneKeepReason says why gitsync's Prune keeps the live object of a stale inventory
+// entry for source, or "" when it would delete it.
+func PruneKeepReason(live *unstructured.Unstructured, source string) string {
+	isNS := live.GroupVersionKind().GroupKind() == (schema.GroupKind{Kind: "Namespace"})
+	switch {
+	case live.GetLabels()[SourceLabel] != source:
+		return fmt.Sprintf("label %s is %q, not %q: the object is no longer this source's", SourceLabel, live.GetLabels()[SourceLabel], source)
+	case live.GetAnnotations()[PruneAnnotation] == "disabled":
+		return "annotated " + PruneAnnotation + ": disabled"
+	case isNS && slices.Contains(protectedNamespaces, live.GetName()):
+		return "namespace " + live.GetName() + " is never pruned"
+	case isNS && live.GetAnnotations()[CreatedByAnnotation] != source:
+		return "namespace was not created by this source (no " + CreatedByAnnotation + ": " + source + ")"
+	}
+	return ""
 }
