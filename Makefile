@@ -10,7 +10,7 @@ BIN          := $(CURDIR)/bin
 export CGO_ENABLED := 0
 export GOFLAGS     := -buildvcs=false
 
-# Debian packages needed at run time and by the tests (see ARCHITECTURE.md).
+# Debian packages needed at run time and by the tests (see docs/architecture.md).
 DEB_PACKAGES := containerd runc containernetworking-plugins nftables iproute2 git ca-certificates \
 	qemu-system-x86 busybox-static
 

@@ -166,6 +166,7 @@ func NewWithConfig(cctx *controllers.Context, cfg Config) (*Controller, error) {
 				c.mu.Lock()
 				delete(c.state, key)
 				c.mu.Unlock()
+				forgetSource(key)
 			}
 		},
 	}); err != nil {
@@ -178,6 +179,7 @@ func NewWithConfig(cctx *controllers.Context, cfg Config) (*Controller, error) {
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
+	defer forgetApplied()
 	c.factory.Start(ctx.Done())
 	defer c.factory.Shutdown()
 	if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
@@ -458,6 +460,7 @@ func (c *Controller) dependencies(ctx context.Context, gs *v1alpha1.GitSource) (
 // only for failures worth a quick retry.
 func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *v1alpha1.GitSourceStatus, ss *sourceState) (bool, error) {
 	source := gs.Namespace + "." + gs.Name
+	msource := metricsSource(gs.Namespace, gs.Name)
 	log := c.log.WithField("source", source)
 	gen := gs.Generation
 	prevReady := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
@@ -465,10 +468,16 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 		apimeta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen})
 	}
 	fail := func(reason, msg string, stalled bool) {
+		if stage := failureStage(reason); stage != "" {
+			countFailure(msource, stage)
+		}
 		msg = truncate(msg)
 		// One event per distinct failure: the interval retries repeat it otherwise.
 		if prevReady == nil || prevReady.Message != msg || prevReady.Reason != reason {
 			c.event(gs, corev1.EventTypeWarning, reason, "%s", msg)
+			if stalled {
+				log.WithFields(logrus.Fields{"reason": reason, "message": msg}).Warn("GitSource stalled: it retries, but only a change to the source or the repository can fix this")
+			}
 		}
 		set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
 		apimeta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionReconciling)
@@ -500,7 +509,9 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 		fail(ReasonFetchFailed, err.Error(), true)
 		return true, nil
 	}
+	fetchStart := time.Now()
 	co, err := Fetch(ctx, filepath.Join(c.cfg.CacheDir, gs.Namespace, gs.Name), gs.Spec.URL, gs.Spec.Ref, auth)
+	observeSince(fetchDuration, msource, fetchStart)
 	if err != nil {
 		if hint := fetchHint(gs, err); hint != "" {
 			// Retrying cannot help until someone changes the Secret.
@@ -529,7 +540,9 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 	}
 	st.LastFetchedRevision = co.Revision
 
+	renderStart := time.Now()
 	objs, err := Render(co.Dir, gs.Spec.Path)
+	observeSince(renderDuration, msource, renderStart)
 	if err != nil {
 		fail(ReasonBuildFailed, fmt.Sprintf("Revision %s: %v", co.Revision, err), true)
 		log.WithError(err).Warn("render failed")
@@ -544,8 +557,10 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 		log.WithField("failures", len(fails)).Warn("validation failed; nothing applied")
 		return true, nil
 	}
+	applyStart := time.Now()
 	applied, err := c.applier.ApplyObjects(ctx, objs, source)
 	if err != nil {
+		observeSince(applyDuration, msource, applyStart)
 		fail(ReasonApplyFailed, fmt.Sprintf("Revision %s: apply: %v", co.Revision, err), false)
 		return false, err
 	}
@@ -566,10 +581,13 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 			// Keep the failed entries in the inventory so the next round tries again.
 			inv = append(inv, Stale(Stale(old, inv), refs(deleted))...)
 			st.Inventory = &v1alpha1.ResourceInventory{Entries: inv}
+			observeSince(applyDuration, msource, applyStart)
 			fail(ReasonApplyFailed, fmt.Sprintf("Revision %s: prune: %v", co.Revision, err), false)
 			return false, err
 		}
 	}
+	observeSince(applyDuration, msource, applyStart)
+	recordApplied(msource, co.Revision, time.Now())
 	if co.Revision != st.LastAppliedRevision {
 		log.WithFields(logrus.Fields{"objects": len(objs), "health": st.Health,
 			"validate": validated.Round(time.Millisecond), "apply": (time.Since(began) - validated).Round(time.Millisecond)}).Info("applied")

@@ -33,8 +33,8 @@ func parseResolvConf(text string) hostResolv {
 	return r
 }
 
-// resolvConf renders a pod's /etc/resolv.conf per its dnsPolicy and dnsConfig
-// (services-networking.md §7).
+// resolvConf renders a pod's /etc/resolv.conf per its dnsPolicy and dnsConfig, as the kubelet
+// does.
 func resolvConf(pod *corev1.Pod, clusterDNS, domain string, host hostResolv) string {
 	policy := pod.Spec.DNSPolicy
 	if policy == "" {

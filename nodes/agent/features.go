@@ -14,13 +14,14 @@ import (
 // implementedFeatures are the features of the node-declared-features registry (KEP-5328) this
 // agent implements: exec and attach over WebSockets are served by the agent itself
 // (server.go). Features it does not implement (restartPolicyRules RestartAllContainers,
-// in-place resize, DRA, user namespaces) are absent, which the spec treats as disabled.
+// in-place resize, DRA, user namespaces) are absent, so the node does not declare them and pods
+// that need them are kept off it.
 var implementedFeatures = ndftypes.FeatureGateMap{
 	extendwebsocketstokubelet.ExtendWebSocketsToKubeletFeatureGate: true,
 }
 
-// DeclaredFeatures returns the Node's status.declaredFeatures (services-networking NDF-01..04,
-// U1-U3): the implemented features of the registry, sorted, without those past their
+// DeclaredFeatures returns the Node's status.declaredFeatures: the implemented features of the
+// registry, sorted, without those past their
 // MaxVersion for an agent of agentVersion (e.g. "v1.37.2"). It is computed once at start.
 func DeclaredFeatures(agentVersion string) []string {
 	return nodedeclaredfeatures.DefaultFramework.DiscoverNodeFeatures(&ndftypes.NodeConfiguration{
@@ -39,7 +40,7 @@ func parseVersion(s string) *version.Version {
 	return builtFor
 }
 
-// MissingFeatures is the node-side admission of declared features (NDF-14): the features the
+// MissingFeatures is the node-side admission of declared features: the features the
 // pod needs to run, as the scheduler infers them, that declared lacks. A pod bound by hand
 // (spec.nodeName) skips the scheduler's filter; this is the final safeguard.
 func MissingFeatures(pod *corev1.Pod, declared []string, agentVersion string) ([]string, error) {

@@ -44,9 +44,9 @@ func TestMissingFeatures(t *testing.T) {
 		want     []string
 	}{
 		{"a plain pod needs nothing", plain, nil, nil},
-		{"restartPolicyRules RestartAllContainers (fixture B.60) on this agent", restartAll(false), DeclaredFeatures("v1.37.2"), []string{"RestartAllContainersOnContainerExits"}},
+		{"restartPolicyRules RestartAllContainers on this agent", restartAll(false), DeclaredFeatures("v1.37.2"), []string{"RestartAllContainersOnContainerExits"}},
 		{"the same rule on a sidecar", restartAll(true), nil, []string{"RestartAllContainersOnContainerExits"}},
-		{"a node that declares it (fixture B.59)", restartAll(false), []string{"RestartAllContainersOnContainerExits"}, nil},
+		{"a node that declares it", restartAll(false), []string{"RestartAllContainersOnContainerExits"}, nil},
 	}
 	for _, tc := range cases {
 		got, err := MissingFeatures(tc.pod, tc.declared, "v1.37.2")

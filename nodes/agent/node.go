@@ -1,6 +1,5 @@
 // Package agent is the kubelet part of a host: it registers the host's Node, keeps its status
-// and its Lease in kube-node-lease fresh (spec concepts.md §11), and (with the node agent
-// issue) runs the pods bound to it.
+// and its Lease in kube-node-lease fresh, and runs the pods bound to it.
 package agent
 
 import (
@@ -81,6 +80,7 @@ func RunNodeHeartbeat(ctx context.Context, client kubernetes.Interface, cfg Node
 	}
 	log := logrus.WithField("node", cfg.Name)
 	registered := false
+	failures := 0 // failed heartbeats in a row
 	t := time.NewTicker(cfg.HeartbeatInterval)
 	defer t.Stop()
 	for {
@@ -98,18 +98,27 @@ func RunNodeHeartbeat(ctx context.Context, client kubernetes.Interface, cfg Node
 		}
 		if registered {
 			if err := updateStatus(actx, client, cfg); err != nil {
-				log.WithError(err).Debug("node status")
+				heartbeatLog(log, failures, err, "node status")
 				failed = true
 				if apierrors.IsNotFound(err) {
 					registered = false
 				}
 			}
 			if err := renewLease(actx, client, cfg); err != nil {
-				log.WithError(err).Debug("node lease")
+				heartbeatLog(log, failures, err, "node lease")
 				failed = true
 			}
 		}
 		cancel()
+		switch {
+		case failed:
+			failures++
+		case failures >= heartbeatWarnAfter:
+			log.WithField("failedAttempts", failures).Info("heartbeat restored")
+			failures = 0
+		default:
+			failures = 0
+		}
 		// Until the Node exists, or after a failed write, retry every second rather than
 		// every heartbeat: a host back from a partition reports Ready before its pods'
 		// unreachable tolerations run out.
@@ -326,4 +335,17 @@ func utsString(b []int8) string {
 		sb.WriteByte(byte(c))
 	}
 	return sb.String()
+}
+
+// heartbeatWarnAfter is how many heartbeats in a row may fail (retried every second) before
+// it is worth a warning: a single failure is a blip, a run of them makes the Node go
+// Ready=Unknown and its pods get evicted.
+const heartbeatWarnAfter = 3
+
+func heartbeatLog(log *logrus.Entry, failures int, err error, what string) {
+	if failures == heartbeatWarnAfter-1 {
+		log.WithError(err).WithField("failedAttempts", failures+1).Warn(what + ": heartbeat failing; the Node goes Ready=Unknown if this lasts")
+		return
+	}
+	log.WithError(err).Debug(what)
 }

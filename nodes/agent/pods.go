@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -69,6 +68,17 @@ type PodConfig struct {
 	// inferred for.
 	DeclaredFeatures []string
 	AgentVersion     string
+	// Informers is the host's shared factory; nil makes one of its own. It must be unfiltered:
+	// ConfigMaps, Secrets, Services, PersistentVolumeClaims and PersistentVolumes are looked up
+	// by name across the cluster.
+	Informers informers.SharedInformerFactory
+	// PodInformers is the host's shared factory for the pods of this node, filtered by
+	// spec.nodeName (NodePodInformerFactory makes one); nil makes one of its own.
+	//
+	// Run starts the informers it registered on either factory with its ctx (an informer stops
+	// with the context of whoever started it first, so give every user of a factory the host's
+	// context) and never shuts a given factory down.
+	PodInformers informers.SharedInformerFactory
 }
 
 // PodManager runs the pods bound to this host: one worker per pod, driven by the API
@@ -87,6 +97,9 @@ type PodManager struct {
 	synced     []cache.InformerSynced
 	podFactory informers.SharedInformerFactory
 	factory    informers.SharedInformerFactory
+	// owned are the factories made here rather than given: only these may be shut down.
+	owned      []informers.SharedInformerFactory
+	podHandler cache.ResourceEventHandlerRegistration
 	recorder   record.EventRecorder
 
 	mu      sync.Mutex
@@ -114,10 +127,15 @@ func NewPodManager(client kubernetes.Interface, cfg PodConfig) *PodManager {
 	}
 	m := &PodManager{cfg: cfg, client: client, log: logrus.WithField("node", cfg.NodeName),
 		workers: map[types.UID]*podWorker{}, keys: map[types.UID]string{}}
-	m.podFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-	}))
-	m.factory = informers.NewSharedInformerFactory(client, 0)
+	m.podFactory, m.factory = cfg.PodInformers, cfg.Informers
+	if m.podFactory == nil {
+		m.podFactory = NodePodInformerFactory(client, cfg.NodeName)
+		m.owned = append(m.owned, m.podFactory)
+	}
+	if m.factory == nil {
+		m.factory = informers.NewSharedInformerFactory(client, 0)
+		m.owned = append(m.owned, m.factory)
+	}
 	podInf := m.podFactory.Core().V1().Pods()
 	m.pods = podInf.Lister()
 	m.configMaps = m.factory.Core().V1().ConfigMaps().Lister()
@@ -129,7 +147,7 @@ func NewPodManager(client kubernetes.Interface, cfg PodConfig) *PodManager {
 		m.factory.Core().V1().ConfigMaps().Informer().HasSynced, m.factory.Core().V1().Secrets().Informer().HasSynced,
 		m.factory.Core().V1().Services().Informer().HasSynced, m.factory.Core().V1().PersistentVolumeClaims().Informer().HasSynced,
 		m.factory.Core().V1().PersistentVolumes().Informer().HasSynced}
-	_, _ = podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	m.podHandler, _ = podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { m.podChanged(obj) },
 		UpdateFunc: func(_, obj any) { m.podChanged(obj) },
 		DeleteFunc: func(obj any) {
@@ -152,6 +170,15 @@ func (m *PodManager) Run(ctx context.Context) error {
 	}
 	m.podFactory.Start(ctx.Done())
 	m.factory.Start(ctx.Done())
+	defer func() {
+		// A shared pod informer outlives Run: it must not keep starting workers.
+		if m.podHandler != nil {
+			_ = m.podFactory.Core().V1().Pods().Informer().RemoveEventHandler(m.podHandler)
+		}
+		for _, f := range m.owned {
+			f.Shutdown()
+		}
+	}()
 	if !cache.WaitForCacheSync(ctx.Done(), m.synced...) {
 		return ctx.Err()
 	}
@@ -162,8 +189,6 @@ func (m *PodManager) Run(ctx context.Context) error {
 		m.collectGarbage(ctx)
 		select {
 		case <-ctx.Done():
-			m.podFactory.Shutdown()
-			m.factory.Shutdown()
 			return nil
 		case <-t.C:
 		}

@@ -64,7 +64,7 @@ func TestContainerEnv(t *testing.T) {
 	want := map[string]string{
 		"A": "1", "B": "1-edge-$(NOPE)-$(A)", "POD": "web-0", "APP": "web", "IP": "10.244.1.5", "MEM": "64", "CPU": "1",
 		"PASS": "s3cret", "CFG_mode": "edge",
-		// The docker-links variables of the spec's example (concepts.md, Service env).
+		// The docker-links variables of Service redis-master, as Kubernetes documents them.
 		"REDIS_MASTER_SERVICE_HOST": "10.0.0.11", "REDIS_MASTER_SERVICE_PORT": "6379", "REDIS_MASTER_SERVICE_PORT_TCP": "6379",
 		"REDIS_MASTER_PORT": "tcp://10.0.0.11:6379", "REDIS_MASTER_PORT_6379_TCP": "tcp://10.0.0.11:6379",
 		"REDIS_MASTER_PORT_6379_TCP_PROTO": "tcp", "REDIS_MASTER_PORT_6379_TCP_PORT": "6379", "REDIS_MASTER_PORT_6379_TCP_ADDR": "10.0.0.11",
@@ -103,7 +103,7 @@ func TestResolvConf(t *testing.T) {
 			"nameserver 192.0.2.53\nsearch corp.example\noptions edns0\n"},
 		{"hostNetwork falls back to Default", func(p *corev1.Pod) { p.Spec.HostNetwork = true },
 			"nameserver 192.0.2.53\nsearch corp.example\noptions edns0\n"},
-		// The spec's dnsConfig example (services-networking.md §7).
+		// The dnsConfig example of the Kubernetes documentation (pod DNS config).
 		{"None with dnsConfig", func(p *corev1.Pod) {
 			p.Spec.DNSPolicy = corev1.DNSNone
 			p.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{"192.0.2.1"}, Searches: []string{"ns1.svc.cluster-domain.example", "my.dns.search.suffix"},

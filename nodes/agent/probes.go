@@ -201,7 +201,7 @@ func runProbes(ctx context.Context, t handlerTarget, res *probeResults, changed 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			probeLoop(ctx, t, c.StartupProbe, func(ok bool, msg string) bool {
+			probeLoop(ctx, t, probeStartup, c.StartupProbe, func(ok bool, msg string) bool {
 				if ok {
 					res.mu.Lock()
 					res.started = true
@@ -235,7 +235,7 @@ func runProbes(ctx context.Context, t handlerTarget, res *probeResults, changed 
 				return
 			case <-startedCh:
 			}
-			probeLoop(ctx, t, p, func(ok bool, msg string) bool {
+			probeLoop(ctx, t, kind, p, func(ok bool, msg string) bool {
 				onResult(ok, msg)
 				return true
 			}, nil)
@@ -266,7 +266,7 @@ func runProbes(ctx context.Context, t handlerTarget, res *probeResults, changed 
 // thresholds; verdict is called on every settled change (and each settled failure for
 // liveness), and the loop ends when verdict returns false. onGiveUp, when set, is called
 // instead of verdict for a settled failure.
-func probeLoop(ctx context.Context, t handlerTarget, p *corev1.Probe, verdict func(ok bool, msg string) bool, onGiveUp func(msg string)) {
+func probeLoop(ctx context.Context, t handlerTarget, kind probeKind, p *corev1.Probe, verdict func(ok bool, msg string) bool, onGiveUp func(msg string)) {
 	period := time.Duration(max(p.PeriodSeconds, 1)) * time.Second
 	timeout := time.Duration(max(p.TimeoutSeconds, 1)) * time.Second
 	successThreshold := max(p.SuccessThreshold, 1)
@@ -295,6 +295,7 @@ func probeLoop(ctx context.Context, t handlerTarget, p *corev1.Probe, verdict fu
 				}
 			}
 		} else {
+			countProbeFailure(kind)
 			successes = 0
 			failures++
 			if failures >= failureThreshold {

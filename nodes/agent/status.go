@@ -94,7 +94,7 @@ func containerStatus(c *corev1.Container, o *containerObs, defaultWaiting string
 
 func ptrBool(b bool) *bool { return &b }
 
-// computeStatus derives the pod's status from what the agent observed (concepts.md §22).
+// computeStatus derives the pod's status from what the agent observed, as the kubelet reports it.
 func computeStatus(pod *corev1.Pod, o podObs, now time.Time) corev1.PodStatus {
 	st := corev1.PodStatus{
 		QOSClass:          pod.Status.QOSClass,

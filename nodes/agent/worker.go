@@ -45,6 +45,8 @@ type podWorker struct {
 	backoffs map[string]*backoff // container name (or "pull/"+name) -> back-off
 	probes   map[string]*probeHandle
 	started  time.Time
+	// startLatency feeds the pod start metric, measured from the worker's creation.
+	startLatency startLatency
 	// sandbox is the pod's network once set up.
 	podIPs    []string
 	netnsPath string
@@ -68,7 +70,8 @@ func newPodWorker(m *PodManager, uid types.UID) *podWorker {
 	return &podWorker{m: m, uid: uid, kickC: make(chan struct{}, 1),
 		log:      m.log.WithField("podUID", uid),
 		backoffs: map[string]*backoff{}, probes: map[string]*probeHandle{},
-		postStartDone: map[string]bool{}, waiting: map[string][2]string{}}
+		postStartDone: map[string]bool{}, waiting: map[string][2]string{},
+		startLatency: startLatency{seen: time.Now()}}
 }
 
 func (w *podWorker) kick() {
@@ -84,6 +87,7 @@ func (w *podWorker) run() {
 	defer w.m.workerDone(w.uid)
 	t := time.NewTicker(w.m.cfg.ResyncInterval)
 	defer t.Stop()
+	lastErr := ""
 	for {
 		pod := w.m.currentPod(w.uid)
 		var err error
@@ -99,8 +103,16 @@ func (w *podWorker) run() {
 				return
 			}
 		}
-		if err != nil {
+		// A pod that cannot sync needs someone to look; the same error again at every retry
+		// does not need saying again.
+		switch {
+		case err != nil && err.Error() != lastErr:
+			w.log.WithError(err).Warn("pod sync failed")
+			lastErr = err.Error()
+		case err != nil:
 			w.log.WithError(err).Debug("pod sync")
+		default:
+			lastErr = ""
 		}
 		select {
 		case <-w.kickC:
@@ -158,7 +170,7 @@ func (w *podWorker) sync(ctx context.Context, pod *corev1.Pod) error {
 	}
 	if !w.admitted {
 		// Checked once per worker, so after an agent restart with other features the
-		// running pods are admitted again (NDF-U9).
+		// running pods are admitted again.
 		if missing, err := MissingFeatures(pod, w.m.cfg.DeclaredFeatures, w.m.cfg.AgentVersion); err != nil {
 			w.log.WithError(err).Warn("infer the pod's declared-feature requirements")
 		} else if len(missing) > 0 {
@@ -212,6 +224,7 @@ func (w *podWorker) sync(ctx context.Context, pod *corev1.Pod) error {
 			byName = attempts(snap[string(pod.UID)])
 		}
 	}
+	w.startLatency.observeStart(pod, byName, time.Now())
 	w.pruneAttempts(ctx, byName)
 	return w.writeStatus(ctx, pod, byName, sandboxErr == nil)
 }

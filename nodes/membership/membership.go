@@ -152,6 +152,7 @@ func New(cfg Config) (*Membership, error) {
 		return nil, fmt.Errorf("start gossip on %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
 	}
 	m.ml = ml
+	running.Store(m)
 	return m, nil
 }
 
@@ -213,7 +214,9 @@ func (m *Membership) Reconnect(interval, forget time.Duration, stop <-chan struc
 		case <-t.C:
 		}
 		for _, addr := range m.reconnectTargets(time.Now(), forget) {
-			if n, err := m.ml.Join([]string{addr}); n > 0 {
+			n, err := m.ml.Join([]string{addr})
+			countReconnect(n > 0)
+			if n > 0 {
 				logrus.WithField("addr", addr).Info("gossip: reconnected to a member seen dead")
 			} else {
 				logrus.WithField("addr", addr).WithError(err).Debug("gossip: reconnect")
@@ -241,6 +244,7 @@ func (m *Membership) reconnectTargets(now time.Time, forget time.Duration) []str
 func (m *Membership) Leave(timeout time.Duration) error {
 	var err error
 	m.leaveOnce.Do(func() {
+		running.CompareAndSwap(m, nil)
 		err = m.ml.Leave(timeout)
 		if serr := m.ml.Shutdown(); err == nil {
 			err = serr
@@ -317,15 +321,17 @@ func (e *eventDelegate) NotifyUpdate(n *memberlist.Node) { (*Membership)(e).reco
 // logWriter sends memberlist's log lines to logrus at debug level, warnings and errors above.
 type logWriter struct{}
 
+var memberlistLog = logrus.WithField("component", "memberlist")
+
 func (logWriter) Write(p []byte) (int, error) {
 	s := string(p)
 	switch {
 	case len(s) > 7 && s[:7] == "[ERR] m":
-		logrus.Warn(s[6:])
+		memberlistLog.Warn(s[6:])
 	case len(s) > 8 && s[:8] == "[WARN] m":
-		logrus.Debug(s[7:])
+		memberlistLog.Debug(s[7:])
 	default:
-		logrus.Debug(s)
+		memberlistLog.Debug(s)
 	}
 	return len(p), nil
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
@@ -268,12 +269,37 @@ func samePeers(a, b []Peer) bool {
 	return true
 }
 
+// RoutesConfig holds the optional settings of RunRoutes.
+type RoutesConfig struct {
+	// Informers is the host's shared factory; nil makes one of its own. RunRoutes registers
+	// the Node informer on it and starts it with its ctx (an informer stops with the context
+	// of whoever started it first, so give every user of one factory the host's context), and
+	// never shuts a shared factory down.
+	Informers informers.SharedInformerFactory
+}
+
 // RunRoutes watches Nodes with the client and calls SyncRoutes with every other Node's
 // spec.podCIDR and InternalIP, on every relevant change and every 30 s, until ctx ends. Routes
 // stay when it returns: pods keep reaching other hosts while the agent restarts or the API is
-// away.
-func RunRoutes(ctx context.Context, client kubernetes.Interface, self string, n *Network) error {
-	factory := informers.NewSharedInformerFactory(client, 0)
+// away. cfg is optional, at most one.
+func RunRoutes(ctx context.Context, client kubernetes.Interface, self string, n *Network, cfg ...RoutesConfig) error {
+	if len(cfg) > 1 {
+		return errors.New("pod routes: RunRoutes takes at most one RoutesConfig")
+	}
+	var rc RoutesConfig
+	if len(cfg) == 1 {
+		rc = cfg[0]
+	}
+	return runRoutes(ctx, client, self, rc, n.SyncRoutes, n.log.WithField("self", self))
+}
+
+// runRoutes is RunRoutes with the route programming passed in.
+func runRoutes(ctx context.Context, client kubernetes.Interface, self string, cfg RoutesConfig, sync func([]Peer) error, log *logrus.Entry) error {
+	factory := cfg.Informers
+	if factory == nil {
+		factory = informers.NewSharedInformerFactory(client, 0)
+		defer factory.Shutdown()
+	}
 	informer := factory.Core().V1().Nodes()
 	lister := informer.Lister()
 	kick := make(chan struct{}, 1)
@@ -283,7 +309,7 @@ func RunRoutes(ctx context.Context, client kubernetes.Interface, self string, n 
 		default:
 		}
 	}
-	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { poke() },
 		UpdateFunc: func(old, cur any) {
 			o, ok1 := old.(*corev1.Node)
@@ -294,22 +320,23 @@ func RunRoutes(ctx context.Context, client kubernetes.Interface, self string, n 
 			}
 		},
 		DeleteFunc: func(any) { poke() },
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("pod routes: node handler: %w", err)
 	}
+	// A shared informer outlives this function.
+	defer func() { _ = informer.Informer().RemoveEventHandler(reg) }()
 	factory.Start(ctx.Done())
-	defer factory.Shutdown()
 	if !cache.WaitForCacheSync(ctx.Done(), informer.Informer().HasSynced) {
 		return nil
 	}
-	log := n.log.WithField("self", self)
 	tick := time.NewTicker(routesResync)
 	defer tick.Stop()
 	lastErr := ""
 	for {
 		nodes, err := lister.List(labels.Everything())
 		if err == nil {
-			err = n.SyncRoutes(PeersFromNodes(nodes, self))
+			err = sync(PeersFromNodes(nodes, self))
 		}
 		// Log a persistent problem once, not every resync.
 		if msg := fmt.Sprint(err); err != nil && msg != lastErr {

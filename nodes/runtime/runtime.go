@@ -417,8 +417,8 @@ func (r *Runtime) Close() error {
 
 // Teardown removes every container in cfg's namespace, stops the host's containerd (the
 // supervised one, or one left running by a killed agent) and removes the host's cgroup parent:
-// what a test harness or a host reset needs, since containers and containerd deliberately
-// outlive the agent.
+// what a host reset (`flotilla reset`, also run when internal/devsite removes a site) needs,
+// since containers and containerd deliberately outlive the agent.
 func Teardown(ctx context.Context, cfg Config) error {
 	r, err := Start(ctx, cfg)
 	if err != nil {

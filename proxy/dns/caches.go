@@ -54,7 +54,9 @@ func NewCaches() Caches {
 }
 
 // InformerCaches registers the Handler's informers and indexes on f and returns their stores
-// and sync functions. Call it before f.Start.
+// and sync functions. Call it before f.Start. On a shared factory whose informers other users
+// started already, the indexes are still added and filled from what the stores hold. The
+// Handler only reads the stores, so they may be shared.
 func InformerCaches(f informers.SharedInformerFactory) (Caches, []cache.InformerSynced, error) {
 	svc := f.Core().V1().Services().Informer()
 	eps := f.Discovery().V1().EndpointSlices().Informer()
@@ -81,7 +83,8 @@ func InformerCaches(f informers.SharedInformerFactory) (Caches, []cache.Informer
 }
 
 // SlimObjects is an informer transform that keeps only what the DNS server reads, so a host
-// holding every Pod of the cluster does not hold their specs.
+// holding every Pod of the cluster does not hold their specs. Use it only on a factory that
+// nothing but the DNS server reads: other users of the objects need what it drops.
 func SlimObjects(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:

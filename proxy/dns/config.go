@@ -7,6 +7,7 @@ import (
 
 	mdns "github.com/miekg/dns"
 	"github.com/sirupsen/logrus"
+	"k8s.io/client-go/informers"
 )
 
 // Defaults of Config.
@@ -37,6 +38,12 @@ type Config struct {
 	Upstreams []string
 	// Log receives the server's events (default: the standard logrus logger).
 	Log *logrus.Entry
+	// Informers is the host's shared factory; nil makes one of its own. Run registers the
+	// Service, EndpointSlice and (cluster-wide) Pod informers on it and starts them with the
+	// ctx given to Run, so give every user of one factory the host's context. Objects of a
+	// shared factory are kept whole (SlimObjects applies only to Run's own factory), and Run
+	// never shuts a shared factory down.
+	Informers informers.SharedInformerFactory
 }
 
 // withDefaults fills the zero fields; upstreams come from resolvConf when none are given.

@@ -121,7 +121,7 @@ func TestForwarding(t *testing.T) {
 		{"truncated UDP reply retried over TCP", []string{up}, "big.example.", mdns.TypeA, []string{"NOERROR", "A 192.0.2.99"}, time.Second},
 		{"PTR of a non-cluster address falls through", []string{up}, "9.9.9.10.in-addr.arpa.", mdns.TypePTR,
 			[]string{"NOERROR", "PTR host.example."}, time.Second},
-		// SVC-71: the CNAME, then the target's records resolved upstream (stub resolvers do not chase).
+		// ExternalName: the CNAME, then the target's records resolved upstream (stub resolvers do not chase).
 		{"ExternalName chased upstream", []string{up}, "my-service.prod.svc.cluster.local.", mdns.TypeA,
 			[]string{"NOERROR", "CNAME my.database.example.com.", "my.database.example.com. A 192.0.2.10"}, time.Second},
 		{"cluster names never forwarded", []string{up}, "example.org.cluster.local.", mdns.TypeA, []string{"NXDOMAIN"}, time.Second},

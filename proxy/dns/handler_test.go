@@ -69,8 +69,9 @@ func pod(ns, name, ip, hostname, subdomain string, ready bool) *corev1.Pod {
 	return p
 }
 
-// fixtureCaches holds the spec's examples (services-networking.md B.04, B.23, B.56, DNS-03,
-// DNS-11) plus a StatefulSet-style headless Service.
+// fixtureCaches holds examples of the Kubernetes DNS documentation (a multi-port Service, an
+// ExternalName Service, a headless Service with hostname/subdomain pods, Services and pods in
+// two namespaces) plus a StatefulSet-style headless Service.
 func fixtureCaches(t *testing.T) Caches {
 	t.Helper()
 	c := NewCaches()
@@ -101,7 +102,7 @@ func fixtureCaches(t *testing.T) Caches {
 	for _, o := range []any{
 		slice("default", "nginx", "nginx-a", web, ep{"10.244.2.10", "web-0", ptr.To(true)}, ep{"10.244.2.11", "web-1", nil},
 			ep{"10.244.2.12", "web-2", ptr.To(false)}),
-		// The same endpoint in a second slice (EPS-18): published once.
+		// The same endpoint in a second slice: published once.
 		slice("default", "nginx", "nginx-b", web, ep{"10.244.2.10", "web-0", ptr.To(true)}),
 		slice("default", "pnr", "pnr-a", web, ep{"10.244.3.5", "", ptr.To(false)}),
 		// The EndpointSlice controller publishes busybox-1's hostname; busybox-2 is found from
@@ -173,18 +174,18 @@ func TestHandlerClusterRecords(t *testing.T) {
 		qtype uint16
 		want  []string
 	}{
-		// DNS-06, SVC-39: a normal Service's A record is its ClusterIP; case does not matter.
+		// A normal Service's A record is its ClusterIP; case does not matter.
 		{"my-service.default." + z, mdns.TypeA, []string{"NOERROR", "A 10.96.0.50"}},
 		{"My-Service.Default.SVC.cluster.local.", mdns.TypeA, []string{"NOERROR", "A 10.96.0.50"}},
 		{"my-service.default." + z, mdns.TypeAAAA, []string{"NOERROR"}}, // NODATA, not NXDOMAIN
-		// DNS-03/05: data exists in prod only.
+		// Names are per namespace: data exists in prod only.
 		{"data.prod." + z, mdns.TypeA, []string{"NOERROR", "A 10.96.0.70"}},
 		{"data.test." + z, mdns.TypeA, []string{"NXDOMAIN"}},
-		// SVC-U2: one record per IP family.
+		// A dual-stack Service has one record per IP family.
 		{"dual.default." + z, mdns.TypeA, []string{"NOERROR", "A 10.96.0.60"}},
 		{"dual.default." + z, mdns.TypeAAAA, []string{"NOERROR", "AAAA fd00:10:96::60"}},
 		{"pending.default." + z, mdns.TypeA, []string{"NOERROR"}},
-		// DNS-08/09, SVC-40: SRV of a named port of a normal Service points at the Service.
+		// SRV of a named port of a normal Service points at the Service.
 		{"_http._tcp.my-service.default." + z, mdns.TypeSRV,
 			[]string{"NOERROR", "SRV 0 100 80 my-service.default.svc.cluster.local.", "|", "my-service.default.svc.cluster.local. A 10.96.0.50"}},
 		{"_https._tcp.my-service.default." + z, mdns.TypeSRV,
@@ -197,38 +198,38 @@ func TestHandlerClusterRecords(t *testing.T) {
 		{"unnamed.default." + z, mdns.TypeSRV, []string{"NOERROR"}}, // SRV only for named ports
 		// Endpoint names exist only under headless Services.
 		{"10-244-4-4.my-service.default." + z, mdns.TypeA, []string{"NXDOMAIN"}},
-		// DNS-07, D.16: headless -> ready endpoints, each once (EPS-18); nil ready counts as ready.
+		// Headless -> ready endpoints, each once; nil ready counts as ready.
 		{"nginx.default." + z, mdns.TypeA, []string{"NOERROR", "A 10.244.2.10", "A 10.244.2.11"}},
 		{"empty.default." + z, mdns.TypeA, []string{"NOERROR"}},
-		// EPS-11: publishNotReadyAddresses publishes not-ready endpoints.
+		// publishNotReadyAddresses publishes not-ready endpoints.
 		{"pnr.default." + z, mdns.TypeA, []string{"NOERROR", "A 10.244.3.5"}},
-		// DNS-10: headless SRV, one per endpoint, target <hostname>.<svc>, the endpoint's port.
+		// Headless SRV, one per endpoint, target <hostname>.<svc>, the endpoint's port.
 		{"_web._tcp.nginx.default." + z, mdns.TypeSRV, []string{"NOERROR",
 			"SRV 0 50 8080 web-0.nginx.default.svc.cluster.local.", "SRV 0 50 8080 web-1.nginx.default.svc.cluster.local.", "|",
 			"web-0.nginx.default.svc.cluster.local. A 10.244.2.10", "web-1.nginx.default.svc.cluster.local. A 10.244.2.11"}},
-		// An endpoint without hostname is named by its dashed address (DNS-12).
+		// An endpoint without hostname is named by its dashed address.
 		{"_web._tcp.pnr.default." + z, mdns.TypeSRV, []string{"NOERROR", "SRV 0 100 8080 10-244-3-5.pnr.default.svc.cluster.local.",
 			"|", "10-244-3-5.pnr.default.svc.cluster.local. A 10.244.3.5"}},
 		{"10-244-3-5.pnr.default." + z, mdns.TypeA, []string{"NOERROR", "A 10.244.3.5"}},
 		{"_web._tcp.empty.default." + z, mdns.TypeSRV, []string{"NOERROR"}},
-		// DNS-18: StatefulSet stable names from endpoint hostnames.
+		// StatefulSet stable names from endpoint hostnames.
 		{"web-0.nginx.default." + z, mdns.TypeA, []string{"NOERROR", "A 10.244.2.10"}},
 		{"web-1.nginx.default." + z, mdns.TypeA, []string{"NOERROR", "A 10.244.2.11"}},
 		{"web-2.nginx.default." + z, mdns.TypeA, []string{"NXDOMAIN"}}, // not ready
 		{"web-9.nginx.default." + z, mdns.TypeA, []string{"NXDOMAIN"}},
-		// DNS-15/16/17 (B.56): hostname + subdomain naming a headless Service.
+		// Pod hostname + subdomain naming a headless Service.
 		{"busybox-1.busybox-subdomain.my-namespace." + z, mdns.TypeA, []string{"NOERROR", "A 10.244.1.11"}},
 		{"busybox-2.busybox-subdomain.my-namespace." + z, mdns.TypeA, []string{"NOERROR", "A 10.244.1.12"}},
 		{"busybox-3.busybox-subdomain.my-namespace." + z, mdns.TypeA, []string{"NXDOMAIN"}},                // not ready
-		{"busybox4.busybox-subdomain.my-namespace." + z, mdns.TypeA, []string{"NOERROR", "A 10.244.1.14"}}, // DNS-13
+		{"busybox4.busybox-subdomain.my-namespace." + z, mdns.TypeA, []string{"NOERROR", "A 10.244.1.14"}}, // no spec.hostname: named by the pod name
 		{"x.my-service.default." + z, mdns.TypeA, []string{"NXDOMAIN"}},                                    // subdomain of a non-headless Service
-		// SVC-71 (B.23): ExternalName -> CNAME (no upstream here: the CNAME alone).
+		// ExternalName -> CNAME (no upstream here: the CNAME alone).
 		{"my-service.prod." + z, mdns.TypeCNAME, []string{"NOERROR", "CNAME my.database.example.com."}},
 		{"my-service.prod." + z, mdns.TypeA, []string{"NOERROR", "CNAME my.database.example.com."}},
 		// An ExternalName inside the zone is followed to the final records.
 		{"alias.default." + z, mdns.TypeA, []string{"NOERROR", "CNAME my-service.default.svc.cluster.local.",
 			"my-service.default.svc.cluster.local. A 10.96.0.50"}},
-		// DNS-11: pod A records, only for pods that exist with that IP in that namespace.
+		// Pod A records, only for pods that exist with that IP in that namespace.
 		{"172-17-0-3.default.pod.cluster.local.", mdns.TypeA, []string{"NOERROR", "A 172.17.0.3"}},
 		{"172-17-0-3.other.pod.cluster.local.", mdns.TypeA, []string{"NXDOMAIN"}},
 		{"fd00-10-244--5.default.pod.cluster.local.", mdns.TypeAAAA, []string{"NOERROR", "AAAA fd00:10:244::5"}},

@@ -122,7 +122,7 @@ func isHeadless(s *corev1.Service) bool {
 
 // endpoints returns the addresses a headless Service publishes: ready endpoints of its
 // EndpointSlices (all of them with publishNotReadyAddresses), each address once even when
-// several slices carry it (EPS-18), sorted by address.
+// several slices carry it, sorted by address.
 func (h *Handler) endpoints(s *corev1.Service) []endpoint {
 	objs, _ := h.caches.EndpointSlices.ByIndex(IndexService, s.Namespace+"/"+s.Name)
 	byAddr := map[netip.Addr]*endpoint{}
@@ -201,7 +201,7 @@ func podPublished(p *corev1.Pod, s *corev1.Service) bool {
 	return false
 }
 
-// podHostname is the pod's hostname: spec.hostname, else metadata.name (DNS-13/14).
+// podHostname is the pod's hostname: spec.hostname, else metadata.name.
 func podHostname(p *corev1.Pod) string {
 	if p.Spec.Hostname != "" {
 		return strings.ToLower(p.Spec.Hostname)
@@ -210,7 +210,7 @@ func podHostname(p *corev1.Pod) string {
 }
 
 // subdomainPods returns the addresses of the pods whose FQDN is host.<s>.<ns>.svc.<zone>:
-// pods with spec.subdomain naming the headless Service s (DNS-15/16).
+// pods with spec.subdomain naming the headless Service s.
 func (h *Handler) subdomainPods(s *corev1.Service, host string) []netip.Addr {
 	objs, _ := h.caches.Pods.ByIndex(IndexSubdomain, s.Namespace+"/"+s.Name)
 	var out []netip.Addr
@@ -263,7 +263,7 @@ func (h *Handler) recordsAt(qname string, qtype uint16) rrset {
 	return rrset{}
 }
 
-// podRecords answers <dashed-ip>.<ns>.pod.<zone> for pods that exist with that IP (DNS-11).
+// podRecords answers <dashed-ip>.<ns>.pod.<zone> for pods that exist with that IP in <ns>.
 func (h *Handler) podRecords(qname string, l []string) rrset {
 	switch len(l) {
 	case 0:
@@ -364,8 +364,8 @@ func (h *Handler) svcRecords(qname string, qtype uint16, l []string) rrset {
 // srv returns the SRV records of Service s for named ports matching port and proto ("" matches
 // any), their targets' addresses, and whether any named port matches at all (the name exists
 // even when a headless Service has no ready endpoints). Normal Services point at their own
-// name and port (DNS-09); headless ones have one record per endpoint, pointing at
-// <endpoint>.<service>.<ns>.svc with the endpoint's port (DNS-10).
+// name and port; headless ones have one record per endpoint, pointing at
+// <endpoint>.<service>.<ns>.svc with the endpoint's port.
 func (h *Handler) srv(qname string, s *corev1.Service, port, proto string) (rrs, extra []mdns.RR, known bool) {
 	match := func(name string, p corev1.Protocol) bool {
 		return name != "" && (port == "" || strings.EqualFold(name, port)) && (proto == "" || protoLabel(p) == proto)

@@ -38,17 +38,27 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config) error {
 	}
 	defer l.close()
 
+	// Shared informers serve the host's other components too: a failure here that ends Run
+	// must not stop them, so they run on the caller's ctx, not on this one.
+	informerStop := ctx.Done()
 	ctx, cancel := context.WithCancel(ctx)
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(SlimObjects))
-	defer func() {
-		cancel() // the informers stop on ctx; Shutdown waits for them
-		factory.Shutdown()
-	}()
+	defer cancel()
+	factory := cfg.Informers
+	if factory == nil {
+		// Nothing else reads this factory's objects, so they may be slimmed. A shared factory
+		// keeps them whole: its other users need the fields SlimObjects drops.
+		own := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(SlimObjects))
+		factory, informerStop = own, ctx.Done()
+		defer func() {
+			cancel() // the informers stop on ctx; Shutdown waits for them
+			own.Shutdown()
+		}()
+	}
 	caches, synced, err := InformerCaches(factory)
 	if err != nil {
 		return err
 	}
-	factory.Start(ctx.Done())
+	factory.Start(informerStop)
 	start := time.Now()
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // ctx ended during start-up: a normal stop

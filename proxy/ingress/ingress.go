@@ -1,16 +1,16 @@
-// Package ingress is the Ingress controller and HTTP(S) reverse proxy that runs on every host
-// (services-networking.md §2, issue 9 item 3). It serves the Ingresses of IngressClass
-// "flotilla" (controller flotilla.dev/ingress), sends traffic straight to ready endpoints of the
-// backend Services, and records the host's address in each Ingress's status.
+// Package ingress is the Ingress controller and HTTP(S) reverse proxy that runs on every host.
+// It serves the Ingresses of IngressClass "flotilla" (controller flotilla.dev/ingress), sends
+// traffic straight to ready endpoints of the backend Services, and records the host's address
+// in each Ingress's status.
 //
-// Documented choices (IC-04): ImplementationSpecific matches like Prefix; a request that
-// matches no rule and no defaultBackend gets 404; a backend Service that is missing, lacks the
-// port, or has no ready endpoint gets 503 (and a Warning Event for the first two); resource
-// backends are refused with a Warning Event; conflicting rules of several Ingresses go to the
-// oldest Ingress; a host with rules but no matching path goes to the defaultBackend of the
-// Ingress that owns the host, not to rules without a host.
+// Documented choices: ImplementationSpecific matches like Prefix; a request that matches no rule
+// and no defaultBackend gets 404; a backend Service that is missing, lacks the port, or has no
+// ready endpoint gets 503 (and a Warning Event for the first two); resource backends are refused
+// with a Warning Event; conflicting rules of several Ingresses go to the oldest Ingress; a host
+// with rules but no matching path goes to the defaultBackend of the Ingress that owns the host,
+// not to rules without a host.
 //
-// Annotations read on an Ingress (ING-06; others are ignored): kubernetes.io/ingress.class
+// Annotations read on an Ingress (others are ignored): kubernetes.io/ingress.class
 // (legacy class selector) and flotilla.dev/ssl-redirect: "true" (answer plain-HTTP requests for
 // its rules with a 308 redirect to HTTPS).
 package ingress
@@ -51,6 +51,11 @@ type Config struct {
 	HTTPSAddr string // ":443" in DefaultConfig; "" disables HTTPS
 	ClassName string // default "flotilla"
 	Log       *logrus.Entry
+	// Informers is the host's shared factory; nil makes one of its own. Run registers its
+	// informers on it (Secrets among them: every Secret, of which it uses the TLS ones) and
+	// starts them with the ctx given to Run, so give every user of one factory the host's
+	// context. Run never shuts a shared factory down.
+	Informers informers.SharedInformerFactory
 }
 
 // DefaultConfig returns the configuration of a host: HTTP on :80, HTTPS on :443, class flotilla.
@@ -135,6 +140,8 @@ type controller struct {
 	log    *logrus.Entry
 
 	factory, secretFactory informers.SharedInformerFactory
+	ownFactories           bool // made here, not the host's: Run may shut them down
+	handlers               []handlerReg
 	ingresses              cache.Indexer
 	classes, services      cache.Indexer
 	slices, secrets, nodes cache.Indexer
@@ -149,6 +156,12 @@ type controller struct {
 	problems map[string]bool // ns/name + reason + message reported already
 }
 
+// handlerReg is an event handler to remove from a shared informer when Run ends.
+type handlerReg struct {
+	inf cache.SharedIndexInformer
+	reg cache.ResourceEventHandlerRegistration
+}
+
 type cachedCert struct {
 	rv   string
 	cert *tls.Certificate
@@ -158,15 +171,21 @@ type cachedCert struct {
 func newController(client kubernetes.Interface, cfg Config, srv *Server) *controller {
 	c := &controller{
 		client: client, cfg: cfg, srv: srv, log: cfg.Log,
-		factory: informers.NewSharedInformerFactory(client, 0),
-		secretFactory: informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("type", string(corev1.SecretTypeTLS)).String()
-		})),
+		factory: cfg.Informers, secretFactory: cfg.Informers,
 		kick: make(chan struct{}, 1),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "ingress-status"}),
 		certs:    map[types.UID]cachedCert{},
 		problems: map[string]bool{},
+	}
+	if c.factory == nil {
+		c.ownFactories = true
+		c.factory = informers.NewSharedInformerFactory(client, 0)
+		// On its own the proxy need hold only TLS Secrets. A shared factory holds every Secret
+		// anyway (pods' volumes and env), and the snapshot picks the TLS ones.
+		c.secretFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("type", string(corev1.SecretTypeTLS)).String()
+		}))
 	}
 	kick := cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { c.poke() }, UpdateFunc: func(any, any) { c.poke() }, DeleteFunc: func(any) { c.poke() },
@@ -179,7 +198,11 @@ func newController(client kubernetes.Interface, cfg Config, srv *Server) *contro
 	}
 	all := func(any) { c.enqueueAll(); c.poke() }
 	add := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) cache.Indexer {
-		_, _ = inf.AddEventHandler(h) // fails only on a stopped informer, which this one is not yet
+		// Fails only on a stopped informer, which a shared one is only once the host's
+		// context has ended, and Run's with it.
+		if reg, err := inf.AddEventHandler(h); err == nil {
+			c.handlers = append(c.handlers, handlerReg{inf, reg})
+		}
 		c.synced = append(c.synced, inf.HasSynced)
 		return inf.GetIndexer()
 	}
@@ -198,8 +221,17 @@ func newController(client kubernetes.Interface, cfg Config, srv *Server) *contro
 			}
 		}, DeleteFunc: all,
 	})
-	c.secrets = add(c.secretFactory.Core().V1().Secrets().Informer(), kick)
+	// Other Secrets change as pods come and go and do not change the routing tables.
+	c.secrets = add(c.secretFactory.Core().V1().Secrets().Informer(), cache.FilteringResourceEventHandler{FilterFunc: isTLSSecret, Handler: kick})
 	return c
+}
+
+func isTLSSecret(obj any) bool {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	s, ok := obj.(*corev1.Secret)
+	return ok && s.Type == corev1.SecretTypeTLS
 }
 
 func (c *controller) poke() {
@@ -222,14 +254,25 @@ func (c *controller) run(ctx context.Context, httpL, httpsL net.Listener) error 
 	defer broadcaster.Shutdown()
 	c.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "flotilla-ingress", Host: c.cfg.NodeName})
 
-	// A listener failure ends Run with ctx still live: the informers stop on this one.
+	// Shared informers serve the host's other components too and run on the caller's ctx. Our
+	// own stop on the one below: a listener failure ends Run with the caller's ctx still live.
+	informerStop := ctx.Done()
 	ctx, cancel := context.WithCancel(ctx)
-	c.factory.Start(ctx.Done())
-	c.secretFactory.Start(ctx.Done())
+	if c.ownFactories {
+		informerStop = ctx.Done()
+	}
+	c.factory.Start(informerStop)
+	c.secretFactory.Start(informerStop)
 	defer func() {
 		cancel()
-		c.factory.Shutdown()
-		c.secretFactory.Shutdown()
+		// Shared informers outlive Run: leave nothing behind that feeds a stopped queue.
+		for _, h := range c.handlers {
+			_ = h.inf.RemoveEventHandler(h.reg)
+		}
+		if c.ownFactories {
+			c.factory.Shutdown()
+			c.secretFactory.Shutdown()
+		}
 	}()
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		httpL.Close()
@@ -334,7 +377,9 @@ func (c *controller) snapshot() (Snapshot, map[string]*networkingv1.Ingress) {
 		s.Slices = append(s.Slices, o.(*discoveryv1.EndpointSlice))
 	}
 	for _, o := range c.secrets.List() {
-		s.Secrets = append(s.Secrets, o.(*corev1.Secret))
+		if isTLSSecret(o) {
+			s.Secrets = append(s.Secrets, o.(*corev1.Secret))
+		}
 	}
 	s.ParseCert = c.parseCert
 	return s, ours
@@ -389,7 +434,8 @@ func (c *controller) processStatus(ctx context.Context) bool {
 	return true
 }
 
-// syncStatus makes sure this host's address is in the Ingress's status (merge, ING-31).
+// syncStatus makes sure this host's address is in the Ingress's status (merged with the
+// other hosts' addresses).
 func (c *controller) syncStatus(ctx context.Context, key string) error {
 	o, exists, err := c.ingresses.GetByKey(key)
 	if err != nil || !exists {

@@ -243,7 +243,7 @@ func TestIngressAgainstAPIServer(t *testing.T) {
 	_, err = client.NetworkingV1().Ingresses("default").Create(ctx, resource, metav1.CreateOptions{})
 	must("create resource-backend ingress", err)
 
-	// Appendix A.1 row S7: a path without pathType is a validation error.
+	// A path without pathType is a validation error.
 	noType := path("/x", networkingv1.PathTypePrefix, "web", byNumber)
 	noType.PathType = nil
 	_, err = client.NetworkingV1().Ingresses("default").Create(ctx, &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "s7", Namespace: "default"},
@@ -421,7 +421,7 @@ func TestIngressAgainstAPIServer(t *testing.T) {
 		}
 	})
 
-	t.Run("an update adds a host (ING-43)", func(t *testing.T) {
+	t.Run("an update adds a host", func(t *testing.T) {
 		cur, err := client.NetworkingV1().Ingresses("default").Get(ctx, "web", metav1.GetOptions{})
 		must("get web", err)
 		cur.Spec.Rules = append(cur.Spec.Rules, rule("bar.baz.com", path("/foo", networkingv1.PathTypePrefix, "api", byNumber)))

@@ -15,7 +15,7 @@ import (
 )
 
 const (
-	// ControllerName is the IngressClass spec.controller this proxy implements (ING-24).
+	// ControllerName is the IngressClass spec.controller this proxy implements.
 	ControllerName = "flotilla.dev/ingress"
 	// DefaultClassName is the IngressClass created by EnsureClass and served by default.
 	DefaultClassName = "flotilla"
@@ -26,9 +26,9 @@ const (
 	annotationDefaultClass = networkingv1.AnnotationIsDefaultIngressClass
 )
 
-// IsOurs reports whether the proxy serving class className must serve ing, and why (ING-24,
-// ING-26, ING-29, IC-03). spec.ingressClassName wins over the legacy annotation; an Ingress
-// naming neither is ours only when exactly one IngressClass is marked default and it is ours.
+// IsOurs reports whether the proxy serving class className must serve ing, and why.
+// spec.ingressClassName wins over the legacy annotation; an Ingress naming neither is ours only
+// when exactly one IngressClass is marked default and it is ours.
 func IsOurs(ing *networkingv1.Ingress, classes []*networkingv1.IngressClass, className string) (bool, string) {
 	ours := func(name string) (bool, string) {
 		if name != className {
@@ -70,7 +70,8 @@ func IsOurs(ing *networkingv1.Ingress, classes []*networkingv1.IngressClass, cla
 }
 
 // MatchHost reports whether an Ingress rule host (exact, or "*." wildcard covering exactly one
-// DNS label) matches a normalized request host (Appendix A.2). An empty rule host matches all.
+// DNS label) matches a normalized request host, as the Kubernetes Ingress documentation's host
+// examples show. An empty rule host matches all.
 func MatchHost(ruleHost, host string) bool {
 	ruleHost = strings.ToLower(ruleHost)
 	if ruleHost == "" {
@@ -83,9 +84,9 @@ func MatchHost(ruleHost, host string) bool {
 	return ruleHost == host
 }
 
-// MatchPath reports whether an Ingress path of type pt matches the request path (Appendix A.1):
-// Exact is a case-sensitive string comparison; Prefix (and ImplementationSpecific, which this
-// controller treats as Prefix, ING-17) compares whole "/"-separated elements, ignoring a
+// MatchPath reports whether an Ingress path of type pt matches the request path, as the
+// Kubernetes Ingress documentation's path examples show: Exact is a case-sensitive string
+// comparison; Prefix (and ImplementationSpecific, which this controller treats as Prefix) compares whole "/"-separated elements, ignoring a
 // trailing slash on the configured path.
 func MatchPath(pt networkingv1.PathType, path, reqPath string) bool {
 	if pt == networkingv1.PathTypeExact {
@@ -156,9 +157,9 @@ type Table struct {
 	defCert  *tls.Certificate
 }
 
-// Lookup returns the target for a request, or nil when nothing matches (404, ING-12). The host
+// Lookup returns the target for a request, or nil when nothing matches (404). The host
 // picks the rule set first (exact host, then wildcard, then rules without host); the longest
-// matching path wins inside it, Exact before Prefix on equal length (ING-21).
+// matching path wins inside it, Exact before Prefix on equal length.
 func (t *Table) Lookup(host, path string) *Target {
 	if t == nil {
 		return nil
@@ -370,7 +371,7 @@ func (c *compiler) addIngress(order int, ing *networkingv1.Ingress) {
 	}
 }
 
-// target resolves one backend; resource backends are refused (ING-14) and return nil.
+// target resolves one backend; resource backends are refused and return nil.
 func (c *compiler) target(ing *networkingv1.Ingress, key, path string, b *networkingv1.IngressBackend, field string, redirect bool) *Target {
 	if b.Resource != nil {
 		c.problem(ing, "ResourceBackendUnsupported", "%s: resource backend %s/%s is not supported by %s; use a Service backend",
@@ -412,7 +413,8 @@ func (c *compiler) pool(ns string, b *networkingv1.IngressServiceBackend) *Pool 
 
 // Endpoints returns the sorted, de-duplicated ip:port addresses that traffic for a Service
 // port may go to: ready endpoints, or when none is ready the serving and terminating ones
-// (EPS-10, EPS-18). A non-empty reason explains why the Service port cannot be used at all.
+// (as kube-proxy falls back), each address once. A non-empty reason explains why the Service
+// port cannot be used at all.
 func Endpoints(svc *corev1.Service, slcs []*discoveryv1.EndpointSlice, port networkingv1.ServiceBackendPort) ([]string, string) {
 	if svc == nil {
 		return nil, "not found"
@@ -516,7 +518,7 @@ func (c *compiler) addTLS(ing *networkingv1.Ingress, i int, tl networkingv1.Ingr
 	}
 }
 
-// ParseTLSSecret reads tls.crt and tls.key of a kubernetes.io/tls Secret (ING-36).
+// ParseTLSSecret reads tls.crt and tls.key of a kubernetes.io/tls Secret.
 func ParseTLSSecret(sec *corev1.Secret) (*tls.Certificate, error) {
 	if sec.Type != corev1.SecretTypeTLS {
 		return nil, fmt.Errorf("type is %q; it must be %q", sec.Type, corev1.SecretTypeTLS)

@@ -33,7 +33,7 @@ var (
 )
 
 // backendName names the Service that a configured path routes to in the path tests: every
-// configured path gets its own backend, as Appendix A.1's oracle asks.
+// configured path gets its own backend, so the winner is visible.
 func backendName(x p) string {
 	return strings.ToLower(string(x.typ)) + strings.NewReplacer("/", "-s").Replace(x.path)
 }
@@ -69,7 +69,9 @@ func winner(t *Table, host, path string) string {
 	return name
 }
 
-// TestPathMatchingTable is every row of services-networking.md Appendix A.1 (ING-19..ING-21).
+// TestPathMatchingTable is every row of the path matching examples of the Kubernetes Ingress
+// documentation ("docs row N"), plus cases of our own: element-wise prefixes, case
+// sensitivity, the longest match and Exact before Prefix.
 func TestPathMatchingTable(t *testing.T) {
 	const def = "default"
 	rows := []struct {
@@ -78,49 +80,49 @@ func TestPathMatchingTable(t *testing.T) {
 		reqs  []string
 		want  string // backendName of the winning path, or "default"
 	}{
-		{"1", []p{{prefix, "/"}}, []string{"/", "/foo", "/aaa/bbb/", "/x/y/z"}, backendName(p{prefix, "/"})},
-		{"2", []p{{exact, "/foo"}}, []string{"/foo"}, backendName(p{exact, "/foo"})},
-		{"3", []p{{exact, "/foo"}}, []string{"/bar"}, def},
-		{"4", []p{{exact, "/foo"}}, []string{"/foo/"}, def},
-		{"5", []p{{exact, "/foo/"}}, []string{"/foo"}, def},
-		{"6", []p{{prefix, "/foo"}}, []string{"/foo", "/foo/"}, backendName(p{prefix, "/foo"})},
-		{"7", []p{{prefix, "/foo/"}}, []string{"/foo", "/foo/"}, backendName(p{prefix, "/foo/"})},
-		{"8", []p{{prefix, "/aaa/bb"}}, []string{"/aaa/bbb"}, def},
-		{"9", []p{{prefix, "/aaa/bbb"}}, []string{"/aaa/bbb"}, backendName(p{prefix, "/aaa/bbb"})},
-		{"10", []p{{prefix, "/aaa/bbb/"}}, []string{"/aaa/bbb"}, backendName(p{prefix, "/aaa/bbb/"})},
-		{"11", []p{{prefix, "/aaa/bbb"}}, []string{"/aaa/bbb/"}, backendName(p{prefix, "/aaa/bbb"})},
-		{"12", []p{{prefix, "/aaa/bbb"}}, []string{"/aaa/bbb/ccc"}, backendName(p{prefix, "/aaa/bbb"})},
-		{"13", []p{{prefix, "/aaa/bbb"}}, []string{"/aaa/bbbxyz"}, def},
-		{"14", []p{{prefix, "/"}, {prefix, "/aaa"}}, []string{"/aaa/ccc"}, backendName(p{prefix, "/aaa"})},
-		{"15", []p{{prefix, "/"}, {prefix, "/aaa"}, {prefix, "/aaa/bbb"}}, []string{"/aaa/bbb"}, backendName(p{prefix, "/aaa/bbb"})},
-		{"16", []p{{prefix, "/"}, {prefix, "/aaa"}, {prefix, "/aaa/bbb"}}, []string{"/ccc"}, backendName(p{prefix, "/"})},
-		{"17", []p{{prefix, "/aaa"}}, []string{"/ccc"}, def},
-		{"18", []p{{prefix, "/foo"}, {exact, "/foo"}}, []string{"/foo"}, backendName(p{exact, "/foo"})},
-		{"18-reversed", []p{{exact, "/foo"}, {prefix, "/foo"}}, []string{"/foo"}, backendName(p{exact, "/foo"})},
-		{"S1", []p{{prefix, "/foo/bar"}}, []string{"/foo/bar/baz"}, backendName(p{prefix, "/foo/bar"})},
-		{"S2", []p{{prefix, "/foo/bar"}}, []string{"/foo/barbaz"}, def},
-		{"S3", []p{{exact, "/foo"}}, []string{"/FOO"}, def},
-		{"S4", []p{{prefix, "/foo"}}, []string{"/FOO/bar"}, def},
-		{"S5", []p{{prefix, "/aaa"}, {prefix, "/aaa/bbb"}, {exact, "/aaa/bbb/ccc"}}, []string{"/aaa/bbb/ccc"}, backendName(p{exact, "/aaa/bbb/ccc"})},
-		{"S6", []p{{prefix, "/a"}, {prefix, "/a/b"}}, []string{"/a/b/c"}, backendName(p{prefix, "/a/b"})},
-		{"S6-reversed", []p{{prefix, "/a/b"}, {prefix, "/a"}}, []string{"/a/b/c"}, backendName(p{prefix, "/a/b"})},
+		{"docs row 1", []p{{prefix, "/"}}, []string{"/", "/foo", "/aaa/bbb/", "/x/y/z"}, backendName(p{prefix, "/"})},
+		{"docs row 2", []p{{exact, "/foo"}}, []string{"/foo"}, backendName(p{exact, "/foo"})},
+		{"docs row 3", []p{{exact, "/foo"}}, []string{"/bar"}, def},
+		{"docs row 4", []p{{exact, "/foo"}}, []string{"/foo/"}, def},
+		{"docs row 5", []p{{exact, "/foo/"}}, []string{"/foo"}, def},
+		{"docs row 6", []p{{prefix, "/foo"}}, []string{"/foo", "/foo/"}, backendName(p{prefix, "/foo"})},
+		{"docs row 7", []p{{prefix, "/foo/"}}, []string{"/foo", "/foo/"}, backendName(p{prefix, "/foo/"})},
+		{"docs row 8", []p{{prefix, "/aaa/bb"}}, []string{"/aaa/bbb"}, def},
+		{"docs row 9", []p{{prefix, "/aaa/bbb"}}, []string{"/aaa/bbb"}, backendName(p{prefix, "/aaa/bbb"})},
+		{"docs row 10", []p{{prefix, "/aaa/bbb/"}}, []string{"/aaa/bbb"}, backendName(p{prefix, "/aaa/bbb/"})},
+		{"docs row 11", []p{{prefix, "/aaa/bbb"}}, []string{"/aaa/bbb/"}, backendName(p{prefix, "/aaa/bbb"})},
+		{"docs row 12", []p{{prefix, "/aaa/bbb"}}, []string{"/aaa/bbb/ccc"}, backendName(p{prefix, "/aaa/bbb"})},
+		{"docs row 13", []p{{prefix, "/aaa/bbb"}}, []string{"/aaa/bbbxyz"}, def},
+		{"docs row 14", []p{{prefix, "/"}, {prefix, "/aaa"}}, []string{"/aaa/ccc"}, backendName(p{prefix, "/aaa"})},
+		{"docs row 15", []p{{prefix, "/"}, {prefix, "/aaa"}, {prefix, "/aaa/bbb"}}, []string{"/aaa/bbb"}, backendName(p{prefix, "/aaa/bbb"})},
+		{"docs row 16", []p{{prefix, "/"}, {prefix, "/aaa"}, {prefix, "/aaa/bbb"}}, []string{"/ccc"}, backendName(p{prefix, "/"})},
+		{"docs row 17", []p{{prefix, "/aaa"}}, []string{"/ccc"}, def},
+		{"docs row 18", []p{{prefix, "/foo"}, {exact, "/foo"}}, []string{"/foo"}, backendName(p{exact, "/foo"})},
+		{"docs row 18-reversed", []p{{exact, "/foo"}, {prefix, "/foo"}}, []string{"/foo"}, backendName(p{exact, "/foo"})},
+		{"prefix matches a deeper path", []p{{prefix, "/foo/bar"}}, []string{"/foo/bar/baz"}, backendName(p{prefix, "/foo/bar"})},
+		{"prefix is not a substring match", []p{{prefix, "/foo/bar"}}, []string{"/foo/barbaz"}, def},
+		{"exact is case-sensitive", []p{{exact, "/foo"}}, []string{"/FOO"}, def},
+		{"prefix is case-sensitive", []p{{prefix, "/foo"}}, []string{"/FOO/bar"}, def},
+		{"exact beats shorter prefixes", []p{{prefix, "/aaa"}, {prefix, "/aaa/bbb"}, {exact, "/aaa/bbb/ccc"}}, []string{"/aaa/bbb/ccc"}, backendName(p{exact, "/aaa/bbb/ccc"})},
+		{"longest prefix wins", []p{{prefix, "/a"}, {prefix, "/a/b"}}, []string{"/a/b/c"}, backendName(p{prefix, "/a/b"})},
+		{"longest prefix wins, reversed order", []p{{prefix, "/a/b"}, {prefix, "/a"}}, []string{"/a/b/c"}, backendName(p{prefix, "/a/b"})},
 		// Derived: a Prefix path's trailing slash does not make it longer than the Exact path.
 		{"trailing-slash-tie", []p{{prefix, "/foo/"}, {exact, "/foo"}}, []string{"/foo"}, backendName(p{exact, "/foo"})},
 		{"exact-with-slash-longer", []p{{prefix, "/foo"}, {exact, "/foo/"}}, []string{"/foo/"}, backendName(p{exact, "/foo/"})},
-		// ImplementationSpecific is documented to behave as Prefix (ING-17).
+		// ImplementationSpecific is documented to behave as Prefix (see the package doc).
 		{"IS-as-prefix", []p{{impl, "/aaa/bbb"}}, []string{"/aaa/bbb/ccc"}, backendName(p{impl, "/aaa/bbb"})},
 		{"IS-elementwise", []p{{impl, "/aaa/bbb"}}, []string{"/aaa/bbbxyz"}, def},
 		{"IS-vs-exact-tie", []p{{impl, "/foo"}, {exact, "/foo"}}, []string{"/foo"}, backendName(p{exact, "/foo"})},
 	}
 	for _, r := range rows {
-		t.Run("row"+r.row, func(t *testing.T) {
+		t.Run(r.row, func(t *testing.T) {
 			withDef, _ := Compile(Snapshot{Ingresses: []*networkingv1.Ingress{pathIngress(r.paths, true)}})
 			noDef, _ := Compile(Snapshot{Ingresses: []*networkingv1.Ingress{pathIngress(r.paths, false)}})
 			for _, req := range r.reqs {
 				if got := winner(withDef, "any.example", req); got != r.want {
 					t.Errorf("paths %v, request %q: winner %q, want %q", r.paths, req, got, r.want)
 				}
-				// Without a defaultBackend a miss is the appliance's 404 (ING-12).
+				// Without a defaultBackend a miss is the appliance's 404.
 				want := r.want
 				if want == def {
 					want = "404"
@@ -133,7 +135,8 @@ func TestPathMatchingTable(t *testing.T) {
 	}
 }
 
-// TestHostMatchingTable is Appendix A.2's table and its source rows (ING-22).
+// TestHostMatchingTable is the host matching examples of the Kubernetes Ingress documentation
+// plus exact and empty rule hosts.
 func TestHostMatchingTable(t *testing.T) {
 	rows := []struct {
 		rule, header string
@@ -174,7 +177,7 @@ func fixture(t *testing.T, y string) *networkingv1.Ingress {
 	return ing
 }
 
-// Fixtures copied verbatim from services-networking.md Appendix B.
+// Example Ingresses copied verbatim from the Kubernetes Ingress documentation.
 const (
 	fixtureWildcardHost = `apiVersion: networking.k8s.io/v1
 kind: Ingress
@@ -324,7 +327,8 @@ spec:
 `
 )
 
-// TestFixtureRouting runs the Ingress-type fixtures (ING-23, ING-30, ING-32, ING-34, ING-35).
+// TestFixtureRouting routes requests through the example Ingresses: wildcard host, simple
+// fanout, name-based virtual hosts (with and without a catch-all rule), single default backend.
 func TestFixtureRouting(t *testing.T) {
 	cases := []struct {
 		fixture          string
@@ -496,9 +500,9 @@ func TestEndpoints(t *testing.T) {
 			byNum, []string{"10.244.0.2:8080", "10.244.0.4:8080"}, ""},
 		{"named port maps to its slice port", svc, []*discoveryv1.EndpointSlice{slice("http", 8080, ep("10.244.0.2", cond(&tr, nil, nil))),
 			slice("admin", 9090, ep("10.244.0.2", cond(&tr, nil, nil)))}, byName, []string{"10.244.0.2:9090"}, ""},
-		{"deduplicated across slices (EPS-18)", svc, []*discoveryv1.EndpointSlice{slice("http", 8080, ep("10.244.0.2", cond(&tr, nil, nil))),
+		{"deduplicated across slices", svc, []*discoveryv1.EndpointSlice{slice("http", 8080, ep("10.244.0.2", cond(&tr, nil, nil))),
 			slice("http", 8080, ep("10.244.0.2", cond(&tr, nil, nil)))}, byNum, []string{"10.244.0.2:8080"}, ""},
-		{"terminating fallback when none ready (EPS-10)", svc, []*discoveryv1.EndpointSlice{slice("http", 8080,
+		{"terminating fallback when none ready", svc, []*discoveryv1.EndpointSlice{slice("http", 8080,
 			ep("10.244.0.2", cond(&fa, &tr, &tr)), ep("10.244.0.3", cond(&fa, &fa, &tr)))}, byNum, []string{"10.244.0.2:8080"}, ""},
 		{"terminating ignored while one is ready", svc, []*discoveryv1.EndpointSlice{slice("http", 8080,
 			ep("10.244.0.2", cond(&fa, &tr, &tr)), ep("10.244.0.3", cond(&tr, &tr, &fa)))}, byNum, []string{"10.244.0.3:8080"}, ""},
@@ -576,7 +580,7 @@ func tlsSecret(t testing.TB, name string, names ...string) *corev1.Secret {
 }
 
 // TestCertificateSelection: SNI picks the tls entry's Secret by exact and wildcard host; a
-// missing or malformed Secret is a problem, not a crash (ING-36..ING-39).
+// missing or malformed Secret is a problem, not a crash.
 func TestCertificateSelection(t *testing.T) {
 	ing := pathIngress([]p{{prefix, "/"}}, false)
 	ing.Spec.TLS = []networkingv1.IngressTLS{

@@ -19,7 +19,7 @@ func NodeIPs(n *corev1.Node) []string {
 	return out
 }
 
-// MergeStatus returns status.loadBalancer.ingress with this host's addresses present (ING-31).
+// MergeStatus returns status.loadBalancer.ingress with this host's addresses present.
 // Every host runs the proxy and writes the same list, so it merges rather than replaces:
 // entries of other hosts stay, and IP entries that belong to no existing Node (a host that
 // left) are dropped. Hostname-only entries are not ours to judge and stay. The result is

@@ -38,6 +38,11 @@ type Config struct {
 	// one (tests, simulated hosts).
 	NetNS string
 	Log   *logrus.Entry
+	// Informers is the host's shared factory; nil makes one of its own. Run registers the
+	// Service, EndpointSlice and Node informers on it and starts them with its ctx, so give
+	// every user of one factory the host's context: an informer stops with the context of
+	// whoever started it first. Run never shuts a shared factory down.
+	Informers informers.SharedInformerFactory
 }
 
 // ErrIPVSUnavailable is returned for --proxy-mode=ipvs when the kernel has no IPVS (see
@@ -88,20 +93,34 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config) error {
 		defer f.Close()
 		nsFd = int(f.Fd())
 	}
-	var backend interface {
-		Backend
-		Resyncer
-	}
+	var backend syncBackend
 	if mode == ModeIPVS {
 		backend = NewIPVS(IPVSOptions{NetNS: cfg.NetNS, ClusterCIDR: cidr, Log: log})
 	} else {
 		backend = NewNftables(NftablesOptions{Table: cfg.TableName, ClusterCIDR: cidr, NetNSFd: nsFd, Log: log})
 	}
+	return run(ctx, client, cfg, backend, log)
+}
 
-	factory := informers.NewSharedInformerFactory(client, 0)
-	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
-	}))
+// syncBackend is what run drives: a Backend that can also repair drift.
+type syncBackend interface {
+	Backend
+	Resyncer
+}
+
+// run keeps backend in sync with the informers until ctx ends; cfg has its defaults filled.
+func run(ctx context.Context, client kubernetes.Interface, cfg Config, backend syncBackend, log *logrus.Entry) error {
+	factory, nodeFactory := cfg.Informers, cfg.Informers
+	if factory == nil {
+		factory = informers.NewSharedInformerFactory(client, 0)
+		// On its own the proxy need not hold every Node; a shared factory holds them anyway
+		// for the routes and the Ingress status.
+		nodeFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
+		}))
+		defer factory.Shutdown()
+		defer nodeFactory.Shutdown()
+	}
 	svcInf := factory.Core().V1().Services()
 	epsInf := factory.Discovery().V1().EndpointSlices()
 	nodeInf := nodeFactory.Core().V1().Nodes()
@@ -118,15 +137,27 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config) error {
 		UpdateFunc: func(any, any) { poke() },
 		DeleteFunc: func(any) { poke() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{svcInf.Informer(), epsInf.Informer(), nodeInf.Informer()} {
-		if _, err := inf.AddEventHandler(h); err != nil {
+	// Other hosts' Nodes change with every heartbeat and do not change our rules.
+	ownNode := cache.FilteringResourceEventHandler{Handler: h, FilterFunc: func(obj any) bool {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		n, ok := obj.(*v1.Node)
+		return ok && n.Name == cfg.NodeName
+	}}
+	for _, x := range []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{{svcInf.Informer(), h}, {epsInf.Informer(), h}, {nodeInf.Informer(), ownNode}} {
+		reg, err := x.inf.AddEventHandler(x.h)
+		if err != nil {
 			return fmt.Errorf("services proxy: add event handler: %w", err)
 		}
+		// A shared informer outlives Run: leave nothing behind that pokes a dead loop.
+		defer func() { _ = x.inf.RemoveEventHandler(reg) }()
 	}
 	factory.Start(ctx.Done())
 	nodeFactory.Start(ctx.Done())
-	defer factory.Shutdown()
-	defer nodeFactory.Shutdown()
 	// Applying before the caches are full would briefly remove every Service.
 	if !cache.WaitForCacheSync(ctx.Done(), svcInf.Informer().HasSynced, epsInf.Informer().HasSynced, nodeInf.Informer().HasSynced) {
 		return ctx.Err()
@@ -160,6 +191,7 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config) error {
 		} else {
 			err = backend.Apply(ds)
 		}
+		recordSync(backend, full, ds, time.Since(start), err)
 		if err != nil {
 			return err
 		}

@@ -18,11 +18,11 @@ import (
 // NodeDeclaredFeatureValidatorName is the admission plugin's upstream name.
 const NodeDeclaredFeatureValidatorName = "NodeDeclaredFeatureValidator"
 
-// nodeFeatureValidator is the NodeDeclaredFeatureValidator admission plugin
-// (services-networking.md NDF-11..13, NDF-U8): a Pod UPDATE of a bound pod that needs a node
-// feature (an in-place resize of a non-sidecar init container, for example) is refused unless
-// the pod's Node declares that feature in status.declaredFeatures. Requirements are inferred
-// for the Node's agent version, so features past their MaxVersion are not checked.
+// nodeFeatureValidator is the NodeDeclaredFeatureValidator admission plugin, as upstream: a Pod
+// UPDATE of a bound pod that needs a node feature (an in-place resize of a non-sidecar init
+// container, for example) is refused unless the pod's Node declares that feature in
+// status.declaredFeatures. Requirements are inferred for the Node's agent version, so features
+// past their MaxVersion are not checked.
 //
 // Pod spec updates that need a declared feature in the v1.37 registry (resource and volume
 // changes) are also refused by pod update validation, which runs first, as long as

@@ -39,7 +39,7 @@ func TestNodeFeatureValidator(t *testing.T) {
 		old, cur *corev1.Pod
 		wantErr  string
 	}{
-		{"init container resize on a node without the feature (NDF-12)", pod("old-agent", "100m"), pod("old-agent", "200m"), "InPlacePodVerticalScalingInitContainers"},
+		{"init container resize on a node without the feature", pod("old-agent", "100m"), pod("old-agent", "200m"), "InPlacePodVerticalScalingInitContainers"},
 		{"the same on a node that declares it", pod("new-agent", "100m"), pod("new-agent", "200m"), ""},
 		{"an unbound pod is not checked", pod("", "100m"), pod("", "200m"), ""},
 		{"an update that needs nothing", pod("old-agent", "100m"), pod("old-agent", "100m"), ""},
@@ -55,6 +55,6 @@ func TestNodeFeatureValidator(t *testing.T) {
 		}
 	}
 	if !v.Handles(admission.Update) || v.Handles(admission.Create) {
-		t.Error("the plugin handles pod UPDATE only (NDF-U8)")
+		t.Error("the plugin handles pod UPDATE only")
 	}
 }

@@ -287,7 +287,7 @@ func itoa32(n int32) string { return strconv.Itoa(int(n)) }
 
 // addDefaultTolerations gives a new pod the not-ready and unreachable NoExecute tolerations
 // for the given seconds unless it tolerates those taints already (upstream's
-// DefaultTolerationSeconds admission; spec concepts.md §11).
+// DefaultTolerationSeconds admission).
 func addDefaultTolerations(pod *corev1.Pod, seconds int64) {
 	if seconds < 0 {
 		return

@@ -41,8 +41,8 @@ func (r resource) gvk() schema.GroupVersionKind { return r.gv.WithKind(r.kind) }
 
 var all = []string{"all"}
 
-// servedResources is the list of issue "Foundation" item 4, with kubectl's short names and
-// categories.
+// servedResources is the list of resources the API server serves, with kubectl's short names
+// and categories.
 func servedResources() []resource {
 	core, apps, batch := corev1.SchemeGroupVersion, appsv1.SchemeGroupVersion, batchv1.SchemeGroupVersion
 	return []resource{

@@ -91,7 +91,7 @@ func isMetaOptionKind(kind string) bool {
 }
 
 // fieldLabels lists the field selectors each kind accepts besides metadata.name and
-// metadata.namespace (spec concepts.md §10, api-reference.md).
+// metadata.namespace, as upstream.
 var fieldLabels = map[schema.GroupVersionKind][]string{
 	corev1.SchemeGroupVersion.WithKind("Pod"): {"spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
 		"spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP", "status.podIPs",

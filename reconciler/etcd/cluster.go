@@ -65,15 +65,12 @@ func (r *Reconciler) once(ctx context.Context) {
 	if err != nil || status.Leader != status.Header.MemberId {
 		return
 	}
-	dead := r.DeadSince()
-	if r.Alive != nil && !hasStandby(r.Alive(), list.Members) {
-		return
+	var alive []string
+	if r.Alive != nil {
+		alive = r.Alive()
 	}
-	for _, m := range list.Members {
-		since, ok := dead[m.Name]
-		if !ok || m.ID == status.Header.MemberId || time.Since(since) < r.ReplaceAfter {
-			continue
-		}
+	for _, m := range Replaceable(list.Members, status.Header.MemberId, r.DeadSince(), alive, r.Alive != nil, r.ReplaceAfter, time.Now()) {
+		since := r.DeadSince()[m.Name]
 		if r.answers(ctx, m.ClientURLs) {
 			// Gossip can lag behind a healed partition; etcd itself is the proof of life.
 			continue
@@ -95,6 +92,25 @@ func (r *Reconciler) answers(ctx context.Context, urls []string) bool {
 		}
 	}
 	return false
+}
+
+// Replaceable returns the voters that may be removed so a standby takes their place: dead
+// in gossip for at least after, not self (the leader asking), and only while an alive
+// non-member exists (checkStandby false skips that check). The caller still asks each one
+// whether its etcd answers, since gossip can lag behind a healed partition.
+func Replaceable(members []*etcdserverpb.Member, self uint64, dead map[string]time.Time, alive []string, checkStandby bool, after time.Duration, now time.Time) []*etcdserverpb.Member {
+	if checkStandby && !hasStandby(alive, members) {
+		return nil
+	}
+	var out []*etcdserverpb.Member
+	for _, m := range members {
+		since, ok := dead[m.Name]
+		if !ok || m.ID == self || now.Sub(since) < after {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // hasStandby reports whether an alive host is not an etcd member, so it can replace a voter.

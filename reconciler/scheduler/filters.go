@@ -109,7 +109,7 @@ func filterNodeAffinity(c *cycle, ni *NodeInfo) *Status {
 }
 
 // filterDeclaredFeatures keeps a pod off nodes whose agent does not declare a feature the
-// pod's spec relies on (services-networking.md NDF-06).
+// pod's spec relies on, as inferred by the node-declared-features framework.
 func filterDeclaredFeatures(c *cycle, ni *NodeInfo) *Status {
 	if c.features.IsEmpty() {
 		return nil

@@ -18,14 +18,14 @@ func TestFilters(t *testing.T) {
 		on    string
 		want  *Status
 	}{
-		// NodeUnschedulable (concepts NODE-09: cordon stops new pods).
+		// NodeUnschedulable (cordon stops new pods).
 		{"cordoned node", pod("p", 0, 0), []*NodeInfo{info(node("n1", 1000, 1024, 110, func(n *corev1.Node) { n.Spec.Unschedulable = true }))},
 			"n1", unresolvable(reasonUnschedulable)},
 		{"cordoned node tolerated (DaemonSet)", pod("p", 0, 0, tolerate(taintUnschedulable, "", corev1.TaintEffectNoSchedule)),
 			[]*NodeInfo{info(node("n1", 1000, 1024, 110, func(n *corev1.Node) { n.Spec.Unschedulable = true }))}, "n1", nil},
 		// NodeName.
 		{"node name differs", pod("p", 0, 0, onNode("n2")), []*NodeInfo{info(node("n1", 1000, 1024, 110))}, "n1", unresolvable(reasonNodeName)},
-		// TaintToleration (statefulset-daemonset DS-05: the control-plane taint keeps pods off).
+		// TaintToleration (the control-plane taint keeps pods off).
 		{"untolerated NoSchedule taint", pod("p", 0, 0),
 			[]*NodeInfo{info(node("n1", 1000, 1024, 110, withTaint("node-role.kubernetes.io/control-plane", "", corev1.TaintEffectNoSchedule)))},
 			"n1", unresolvable("node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }")},
@@ -39,28 +39,28 @@ func TestFilters(t *testing.T) {
 			"n1", unresolvable("node(s) had untolerated taint {dedicated: gpu}")},
 		{"PreferNoSchedule never filters", pod("p", 0, 0),
 			[]*NodeInfo{info(node("n1", 1000, 1024, 110, withTaint("soft", "x", corev1.TaintEffectPreferNoSchedule)))}, "n1", nil},
-		// NodeSelector and required node affinity (NODE-08, DS-06 gpu=true).
+		// NodeSelector and required node affinity (a DaemonSet on gpu=true nodes).
 		{"nodeSelector matches", pod("p", 0, 0, func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"gpu": "true"} }),
 			[]*NodeInfo{info(node("n1", 1000, 1024, 110, withLabels("gpu", "true")))}, "n1", nil},
 		{"nodeSelector does not match", pod("p", 0, 0, func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"gpu": "true"} }),
 			[]*NodeInfo{info(node("n1", 1000, 1024, 110))}, "n1", unresolvable(reasonNodeAffinity)},
 		{"required node affinity NotIn", pod("p", 0, 0, requireNode(corev1.NodeSelectorRequirement{Key: zone, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"a"}})),
 			[]*NodeInfo{info(node("n1", 1000, 1024, 110, withLabels(zone, "a")))}, "n1", unresolvable(reasonNodeAffinity)},
-		// NodeDeclaredFeatures (services-networking NDF-07, fixtures B.59/B.60).
+		// NodeDeclaredFeatures (a pod that needs RestartAllContainers, a node that declares it or not).
 		{"pod needs RestartAllContainers, node lacks it", pod("p", 0, 0, restartAll), []*NodeInfo{info(node("n1", 1000, 1024, 110))},
 			"n1", unresolvable("node(s) didn't declare required features: RestartAllContainersOnContainerExits")},
-		{"pod needs RestartAllContainers, node declares it (B.59)", pod("p", 0, 0, restartAll),
+		{"pod needs RestartAllContainers, node declares it", pod("p", 0, 0, restartAll),
 			[]*NodeInfo{info(node("n1", 1000, 1024, 110, func(n *corev1.Node) {
 				n.Status.DeclaredFeatures = []string{"RestartAllContainersOnContainerExits"}
 			}))}, "n1", nil},
-		// NodePorts (statefulset-daemonset DS-23).
+		// NodePorts (a DaemonSet's hostPort is taken once per host IP).
 		{"host port in use", pod("p", 0, 0, hostPortOn("", 9100)), []*NodeInfo{info(node("n1", 1000, 1024, 110), pod("old", 0, 0, hostPortOn("", 9100)))},
 			"n1", unschedulable(reasonPorts)},
 		{"host port on another IP is free", pod("p", 0, 0, hostPortOn("10.213.0.2", 9100)),
 			[]*NodeInfo{info(node("n1", 1000, 1024, 110), pod("old", 0, 0, hostPortOn("10.213.0.1", 9100)))}, "n1", nil},
 		{"host port on one IP vs every IP", pod("p", 0, 0, hostPortOn("10.213.0.2", 9100)),
 			[]*NodeInfo{info(node("n1", 1000, 1024, 110), pod("old", 0, 0, hostPortOn("", 9100)))}, "n1", unschedulable(reasonPorts)},
-		// NodeResourcesFit (concepts NODE-34: requests never exceed allocatable).
+		// NodeResourcesFit (requests never exceed allocatable).
 		{"fits exactly", pod("p", 500, 512), []*NodeInfo{info(node("n1", 1000, 1024, 110), pod("old", 500, 512))}, "n1", nil},
 		{"insufficient cpu and memory", pod("p", 600, 600), []*NodeInfo{info(node("n1", 1000, 1024, 110), pod("old", 500, 512))},
 			"n1", unschedulable("Insufficient cpu", "Insufficient memory")},
@@ -99,7 +99,7 @@ func requireNode(reqs ...corev1.NodeSelectorRequirement) func(*corev1.Pod) {
 	}
 }
 
-// restartAll is fixture B.60: restartPolicyRules with action RestartAllContainers.
+// restartAll adds restartPolicyRules with action RestartAllContainers to the pod.
 func restartAll(p *corev1.Pod) {
 	never := corev1.ContainerRestartPolicyNever
 	p.Spec.Containers[0].RestartPolicy = &never
@@ -322,10 +322,10 @@ func TestVolumeBindingFilter(t *testing.T) {
 		on    string
 		want  *Status
 	}{
-		{"bound local PV on its node (SS-PVC-08)", "data-bound", "n1", nil},
+		{"bound local PV on its node", "data-bound", "n1", nil},
 		{"bound local PV elsewhere", "data-bound", "n2", unresolvable(reasonVolumeNodeConflict)},
 		{"bound to a missing PV", "data-gone", "n1", unresolvable(reasonVolumeMissingPV)},
-		{"unbound immediate claim (SS-PVC-05)", "data-immediate", "n1", unresolvable(reasonUnboundImmediate)},
+		{"unbound immediate claim", "data-immediate", "n1", unresolvable(reasonUnboundImmediate)},
 		{"missing claim", "nope", "n1", unresolvable(`persistentvolumeclaim "nope" not found`)},
 		{"WaitForFirstConsumer: matching PV on n2", "data-wffc", "n2", nil},
 		{"WaitForFirstConsumer: flotilla-local provisions on n1", "data-wffc", "n1", nil},

@@ -15,17 +15,16 @@ func TestFitErrorMessage(t *testing.T) {
 		fit  FitError
 		want string
 	}{
-		{"issue 7 example", FitError{NumAllNodes: 3, NodeReasons: map[string][]string{
+		{"taint and insufficient cpu", FitError{NumAllNodes: 3, NodeReasons: map[string][]string{
 			"n1": {"node(s) had untolerated taint {key: value}"}, "n2": {"Insufficient cpu"}, "n3": {"Insufficient cpu"}}},
 			"0/3 nodes are available: 1 node(s) had untolerated taint {key: value}, 2 Insufficient cpu."},
-		// statefulset-daemonset DS-23: the pinned DaemonSet surge pod.
-		{"DS-23", FitError{NumAllNodes: 3, NodeReasons: map[string][]string{
+		{"pinned DaemonSet surge pod with its host port taken", FitError{NumAllNodes: 3, NodeReasons: map[string][]string{
 			"n1": {reasonPorts}, "n2": {reasonNotInPreFilter}, "n3": {reasonNotInPreFilter}}},
 			"0/3 nodes are available: 1 node(s) didn't have free ports for the requested pod ports, 2 node(s) didn't satisfy plugin(s) [NodeAffinity]."},
 		{"several reasons of one node", FitError{NumAllNodes: 2, NodeReasons: map[string][]string{
 			"n1": {"Insufficient cpu", "Insufficient memory"}, "n2": {"Insufficient memory"}}},
 			"0/2 nodes are available: 1 Insufficient cpu, 2 Insufficient memory."},
-		{"SS-PVC-05 prefilter", FitError{NumAllNodes: 3, PreFilterMsg: reasonUnboundImmediate},
+		{"unbound immediate claim in prefilter", FitError{NumAllNodes: 3, PreFilterMsg: reasonUnboundImmediate},
 			"0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."},
 		{"no nodes", FitError{}, "no nodes available to schedule pods"},
 	}
@@ -48,7 +47,7 @@ func TestScheduleMessageAndPin(t *testing.T) {
 	if d.Fit == nil || d.Fit.Error() != "0/3 nodes are available: 1 node(s) had untolerated taint {key: value}, 2 Insufficient cpu." {
 		t.Fatalf("got %+v", d)
 	}
-	// A DaemonSet pod pinned to n2 with a host port in use there (DS-07, DS-23).
+	// A DaemonSet pod pinned to n2 with a host port in use there.
 	snap2 := NewSnapshot(info(node("n1", 1000, 1024, 110)), info(node("n2", 1000, 1024, 110), pod("old", 0, 0, hostPortOn("", 9100))), info(node("n3", 1000, 1024, 110)))
 	ds := pod("ds", 0, 0, hostPortOn("", 9100), func(p *corev1.Pod) {
 		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
@@ -67,7 +66,7 @@ func TestScheduleMessageAndPin(t *testing.T) {
 }
 
 // TestScheduleBurstWithCache places a burst through the cache's assumptions: requests never
-// exceed allocatable (NODE-34) and spread evens out zones.
+// exceed allocatable and spread evens out zones.
 func TestScheduleBurstWithCache(t *testing.T) {
 	c := NewCache()
 	for i, z := range []string{"a", "b", "c"} {

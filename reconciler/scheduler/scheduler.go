@@ -1,4 +1,4 @@
-// Package scheduler places pending pods on nodes (issue 7): a queue of pending pods, a cache
+// Package scheduler places pending pods on nodes: a queue of pending pods, a cache
 // of nodes with the pods bound or assumed on them, filter and score plugins written as pure
 // functions, and the binding through pods/binding, which commits only while the pod is still
 // unbound (so two schedulers can never both win). It runs on the holder of the scheduler
@@ -217,12 +217,14 @@ func (s *Scheduler) Run(ctx context.Context, _ int) error {
 func (s *Scheduler) housekeeping(ctx context.Context) {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
+	defer clearPending()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
 			s.queue.Flush()
+			s.updatePending()
 			if n := s.cache.Expire(now); n > 0 {
 				s.log.WithField("pods", n).Warn("bindings never confirmed by the informer, assumptions dropped")
 				s.queue.MoveAll(nil)
@@ -516,6 +518,7 @@ func Schedule(pi *PodInfo, snap *Snapshot, start, percentage int, rnd func(n int
 
 // scheduleOne makes one decision and starts its binding.
 func (s *Scheduler) scheduleOne(ctx context.Context, pod *corev1.Pod) {
+	began := time.Now()
 	// The queue's copy may be stale: a pod bound or deleted meanwhile is not ours any more.
 	if cur, err := s.pods.Pods(pod.Namespace).Get(pod.Name); err != nil || cur.UID != pod.UID || !s.responsible(cur) {
 		s.queue.Done(pod)
@@ -533,6 +536,7 @@ func (s *Scheduler) scheduleOne(ctx context.Context, pod *corev1.Pod) {
 
 	if d.Fit != nil {
 		s.unsched.Add(1)
+		recordAttempt(resultUnschedulable, began)
 		s.queue.Failed(pod, true)
 		s.reportUnschedulable(ctx, pod, d.Fit.Error())
 		return
@@ -551,13 +555,13 @@ func (s *Scheduler) scheduleOne(ctx context.Context, pod *corev1.Pod) {
 	s.bindWG.Add(1)
 	go func() {
 		defer func() { <-s.binds; s.bindWG.Done() }()
-		s.bind(ctx, pod, d.Node)
+		s.bind(ctx, pod, d.Node, began)
 	}()
 }
 
 // bind commits the decision: claims waiting for a consumer learn their node, then the
 // binding commits only if the pod is still unbound.
-func (s *Scheduler) bind(ctx context.Context, pod *corev1.Pod, node string) {
+func (s *Scheduler) bind(ctx context.Context, pod *corev1.Pod, node string, began time.Time) {
 	uid := string(pod.UID)
 	log := s.log.WithFields(logrus.Fields{"pod": podKey(pod), "node": node})
 	if err := s.selectNodeForClaims(ctx, pod, node); err != nil {
@@ -565,6 +569,7 @@ func (s *Scheduler) bind(ctx context.Context, pod *corev1.Pod, node string) {
 		if ctx.Err() != nil {
 			return
 		}
+		recordAttempt(resultError, began)
 		log.WithError(err).Warn("volume preparation failed")
 		s.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonFailedScheduling, "Binding volumes: %v", err)
 		s.queue.AddBackoff(pod)
@@ -577,18 +582,21 @@ func (s *Scheduler) bind(ctx context.Context, pod *corev1.Pod, node string) {
 	switch {
 	case err == nil:
 		s.bound.Add(1)
+		recordAttempt(resultScheduled, began)
 		s.cache.FinishBinding(uid, time.Now(), s.opts.AssumedTTL)
 		s.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonScheduled, "Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, node)
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 		// Someone else bound it first (or it is gone, or being deleted): the commit
 		// decided, and the informer brings the outcome. Never retry.
 		s.lost.Add(1)
+		recordAttempt(resultError, began)
 		s.cache.Forget(uid)
 		log.WithError(err).Debug("binding lost")
 	case ctx.Err() != nil:
 		s.cache.Forget(uid)
 	default:
 		s.cache.Forget(uid)
+		recordAttempt(resultError, began)
 		log.WithError(err).Warn("binding failed")
 		s.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonFailedScheduling, "Binding rejected: %v", err)
 		s.queue.AddBackoff(pod)

@@ -18,7 +18,7 @@ const podTemplate = `
         image: busybox
 `
 
-// TestInvalidObjectsAreRejected sends objects the spec calls invalid through kubectl; each must
+// TestInvalidObjectsAreRejected sends objects Kubernetes calls invalid through kubectl; each must
 // be refused with 422 (kubectl prints "is invalid") and a message that names the field.
 func TestInvalidObjectsAreRejected(t *testing.T) {
 	a := framework.StartAgent(t, framework.AgentOptions{})

@@ -21,7 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/flotilla-dev/flotilla/gitsync"
-	"github.com/flotilla-dev/flotilla/test/e2e/harness"
+	"github.com/flotilla-dev/flotilla/internal/devsite"
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
 
@@ -43,7 +43,14 @@ func BenchmarkGitOps(b *testing.B) {
 		n, state := readyNodes(s.Hosts[0])
 		return n == 3, state
 	})
-	repo, err := harness.NewGitRepo(b.TempDir(), filepath.Join(framework.RepoRoot(), "examples", "hello"))
+	// An idle host: the site's own objects only, after start-up has settled.
+	time.Sleep(20 * time.Second)
+	for _, h := range s.Hosts {
+		agent := rssKiB(h.PID())
+		fmt.Printf("%s idle: agent RSS %d MiB\n", h.Name, agent/1024)
+		b.ReportMetric(float64(agent)/1024, "MiB-idle-agent-rss-"+h.Name)
+	}
+	repo, err := devsite.NewGitRepo(b.TempDir(), filepath.Join(framework.RepoRoot(), "examples", "hello"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -171,7 +178,7 @@ func report(b *testing.B, how, metric string, took []time.Duration) {
 
 // waitServing waits until the hello Deployment runs version everywhere: rolled out, and the
 // ingress of every host answers with it.
-func waitServing(t testing.TB, c kubernetes.Interface, hosts []*harness.Host, version string, timeout time.Duration) {
+func waitServing(t testing.TB, c kubernetes.Interface, hosts []*devsite.Host, version string, timeout time.Duration) {
 	t.Helper()
 	waitFor(t, timeout, "hello "+version+" serving on every host", func() (bool, string) {
 		d, err := c.AppsV1().Deployments("hello").Get(context.Background(), "hello", metav1.GetOptions{})

@@ -9,18 +9,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla-dev/flotilla/test/e2e/harness"
+	"github.com/flotilla-dev/flotilla/internal/devsite"
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
 
 // TestDevUpDown runs the commands behind `make demo` / `make demo-down` and checks that the
 // app answers, that a git push deploys at once, and that nothing is left behind.
 func TestDevUpDown(t *testing.T) {
-	if err := harness.Preflight(); err != nil {
+	if err := devsite.Preflight(); err != nil {
 		if framework.InCI() {
 			t.Fatalf("dev site cannot run: %v", err)
 		}
-		t.Skipf("dev site needs: %v", err)
+		t.Skipf("dev site cannot run: %v", err)
 	}
 	bin, kubectl := framework.FlotillaBin(t), framework.KubectlBin(t)
 	dir := filepath.Join(t.TempDir(), "demo")

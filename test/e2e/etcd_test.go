@@ -6,12 +6,12 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/flotilla-dev/flotilla/internal/devsite"
 	"github.com/flotilla-dev/flotilla/reconciler/etcd"
-	"github.com/flotilla-dev/flotilla/test/e2e/harness"
 )
 
 // etcdClient talks to a host's etcd member with the site's client certificate.
-func etcdClient(t testing.TB, h *harness.Host) *clientv3.Client {
+func etcdClient(t testing.TB, h *devsite.Host) *clientv3.Client {
 	t.Helper()
 	pki := filepath.Join(h.DataDir, "pki")
 	cli, err := etcd.NewClient([]string{"https://" + h.IP + ":2379"}, filepath.Join(pki, "ca.crt"), filepath.Join(pki, "etcd-client.crt"), filepath.Join(pki, "etcd-client.key"))

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/flotilla-dev/flotilla/gitsync"
-	"github.com/flotilla-dev/flotilla/test/e2e/harness"
+	"github.com/flotilla-dev/flotilla/internal/devsite"
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
 
@@ -66,7 +66,7 @@ type prober struct {
 	done       chan struct{}
 }
 
-func startProber(hosts []*harness.Host) *prober {
+func startProber(hosts []*devsite.Host) *prober {
 	p := &prober{stop: make(chan struct{}), done: make(chan struct{}), versions: map[string]int{}}
 	go func() {
 		defer close(p.done)
@@ -139,7 +139,7 @@ func TestGitPushToDeploy(t *testing.T) {
 		n, state := readyNodes(s.Hosts[0])
 		return n == 3, state
 	})
-	repo, err := harness.NewGitRepo(t.TempDir(), filepath.Join(framework.RepoRoot(), "examples", "hello"))
+	repo, err := devsite.NewGitRepo(t.TempDir(), filepath.Join(framework.RepoRoot(), "examples", "hello"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ spec: {url: %q, ref: {branch: main}, interval: 3s}
 		if err != nil {
 			t.Fatal(err)
 		}
-		var victim *harness.Host
+		var victim *devsite.Host
 		for _, h := range s.Hosts {
 			for _, pod := range pods.Items {
 				if pod.Spec.NodeName == h.Name && (victim == nil || victim == s.Hosts[0]) {
@@ -247,7 +247,7 @@ spec: {url: %q, ref: {branch: main}, interval: 3s}
 		if victim == nil {
 			t.Fatalf("no hello pod on any host")
 		}
-		var live []*harness.Host
+		var live []*devsite.Host
 		for _, h := range s.Hosts {
 			if h != victim {
 				live = append(live, h)

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"github.com/flotilla-dev/flotilla/test/e2e/harness"
+	"github.com/flotilla-dev/flotilla/internal/devsite"
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
 
@@ -46,7 +46,7 @@ func imagesDir(t testing.TB) string {
 }
 
 // sideLoad puts the example images where every host's agent imports them.
-func sideLoad(t testing.TB, s *harness.Site) {
+func sideLoad(t testing.TB, s *devsite.Site) {
 	t.Helper()
 	dir := imagesDir(t)
 	tars, _ := filepath.Glob(filepath.Join(dir, "*.tar"))
@@ -70,7 +70,7 @@ func sideLoad(t testing.TB, s *harness.Site) {
 	}
 }
 
-func clientOf(t testing.TB, h *harness.Host) kubernetes.Interface {
+func clientOf(t testing.TB, h *devsite.Host) kubernetes.Interface {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig())
 	if err != nil {
@@ -145,7 +145,7 @@ func create(t testing.TB, c kubernetes.Interface, p *corev1.Pod) {
 	}
 }
 
-func kubectlOut(t testing.TB, h *harness.Host, args ...string) string {
+func kubectlOut(t testing.TB, h *devsite.Host, args ...string) string {
 	t.Helper()
 	out, err := h.Kubectl(context.Background(), "", args...)
 	if err != nil {

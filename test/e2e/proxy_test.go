@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/flotilla-dev/flotilla/test/e2e/harness"
+	"github.com/flotilla-dev/flotilla/internal/devsite"
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
 
@@ -44,7 +44,7 @@ func get(url, host string) (int, string, error) {
 }
 
 // runPod runs a toolbox command in a pod on node and returns its output once it finished.
-func runPod(t testing.TB, c kubernetes.Interface, h *harness.Host, ns, name, node string, args ...string) (string, bool) {
+func runPod(t testing.TB, c kubernetes.Interface, h *devsite.Host, ns, name, node string, args ...string) (string, bool) {
 	t.Helper()
 	p := newPod(name, node, corev1.RestartPolicyNever, tool("run", args...))
 	p.Namespace = ns
@@ -64,7 +64,7 @@ func runPod(t testing.TB, c kubernetes.Interface, h *harness.Host, ns, name, nod
 	return out, phase == corev1.PodSucceeded
 }
 
-func applyExample(t testing.TB, h *harness.Host, dir string) {
+func applyExample(t testing.TB, h *devsite.Host, dir string) {
 	t.Helper()
 	out, err := h.Kubectl(context.Background(), "", "apply", "-k", filepath.Join(framework.RepoRoot(), dir))
 	if err != nil {

@@ -1,5 +1,5 @@
 // Package e2e holds the multi-host tests: hosts are network namespaces on a private bridge
-// (test/e2e/harness), each running the real bin/flotilla agent.
+// (internal/devsite), each running the real bin/flotilla agent.
 package e2e
 
 import (
@@ -12,21 +12,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla-dev/flotilla/test/e2e/harness"
+	"github.com/flotilla-dev/flotilla/internal/devsite"
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
 
 // newSite creates n hosts (not started) and removes them when the test ends.
-func newSite(t testing.TB, n int) *harness.Site {
+func newSite(t testing.TB, n int) *devsite.Site {
 	t.Helper()
-	if err := harness.Preflight(); err != nil {
+	if err := devsite.Preflight(); err != nil {
 		if framework.InCI() {
 			t.Fatalf("multi-host tests cannot run: %v", err)
 		}
-		t.Skipf("multi-host tests need: %v", err)
+		t.Skipf("multi-host tests cannot run: %v", err)
 	}
 	dir := t.TempDir()
-	s, err := harness.New(harness.Options{Hosts: n, Dir: dir, Bin: framework.FlotillaBin(t), Kubectl: framework.KubectlBin(t), Logf: t.Logf})
+	s, err := devsite.New(devsite.Options{Hosts: n, Dir: dir, Bin: framework.FlotillaBin(t), Kubectl: framework.KubectlBin(t)})
 	if err != nil {
 		t.Fatalf("create site: %v", err)
 	}
@@ -47,15 +47,15 @@ func newSite(t testing.TB, n int) *harness.Site {
 }
 
 // startSite starts host 1, then the others joining it, and waits for every API.
-func startSite(t testing.TB, s *harness.Site, extra ...string) time.Duration {
+func startSite(t testing.TB, s *devsite.Site, extra ...string) time.Duration {
 	t.Helper()
 	return startHosts(t, s.Hosts, extra...)
 }
 
 // startHosts starts hosts[0], then the others joining it, and waits for every API.
-func startHosts(t testing.TB, hosts []*harness.Host, extra ...string) time.Duration {
+func startHosts(t testing.TB, hosts []*devsite.Host, extra ...string) time.Duration {
 	t.Helper()
-	s := struct{ Hosts []*harness.Host }{hosts}
+	s := struct{ Hosts []*devsite.Host }{hosts}
 	start := time.Now()
 	if err := s.Hosts[0].Start(extra...); err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool
 	t.Fatalf("%s: not after %s; last: %s", what, timeout, last)
 }
 
-func readyNodes(h *harness.Host) (int, string) {
+func readyNodes(h *devsite.Host) (int, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	out, err := h.Kubectl(ctx, "", "get", "nodes", "--no-headers")
@@ -339,7 +339,7 @@ type writer struct {
 	done   chan struct{}
 }
 
-func startWriter(t testing.TB, h *harness.Host) *writer {
+func startWriter(t testing.TB, h *devsite.Host) *writer {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &writer{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -436,7 +436,7 @@ func TestDeadVoterIsReplaced(t *testing.T) {
 		return n == 5, out
 	})
 	v, _ := voters()
-	var victim *harness.Host
+	var victim *devsite.Host
 	for _, h := range s.Hosts[1:] {
 		if v[h.Name] {
 			victim = h

@@ -127,7 +127,7 @@ func StartAgent(t testing.TB, o AgentOptions) *Agent {
 		"--api-port", strconv.Itoa(a.APIPort), "--etcd-client-port", strconv.Itoa(FreePort(t)),
 		"--etcd-peer-port", strconv.Itoa(FreePort(t)), "--gossip-port", strconv.Itoa(FreePort(t)),
 		// Agents on loopback serve the API only: pods and the proxy need a host network
-		// namespace of their own (see test/e2e/harness).
+		// namespace of their own (see internal/devsite).
 		"--pods=false", "--proxy=false"}, o.Extra...)
 	a.start()
 	t.Cleanup(func() { a.Stop() })

@@ -34,8 +34,8 @@ type benchResult struct {
 
 var benchResults = map[string]*benchResult{"burst": {}, "backlog": {}}
 
-// BenchmarkScheduler measures placement throughput against a real agent (issue 7, bench-
-// scheduler): FLOTILLA_BENCH_NODES simulated Node objects (default 1000, no agents) and
+// BenchmarkScheduler measures placement throughput against a real agent (make bench-scheduler):
+// FLOTILLA_BENCH_NODES simulated Node objects (default 1000, no agents) and
 // FLOTILLA_BENCH_PODS pods (default 10000); FLOTILLA_BENCH_BINDINGS overrides
 // Options.BindingsInFlight. Controllers are off so only the scheduler works.
 //

@@ -20,7 +20,7 @@ import (
 )
 
 // Test100PodsNeverExceedAllocatable: a burst of 100 pods on 3 nodes with room for 60. The
-// assume cache must keep every node within allocatable (concepts NODE-34); the 40 left stay
+// assume cache must keep every node within allocatable; the 40 left stay
 // Pending with the upstream message.
 func Test100PodsNeverExceedAllocatable(t *testing.T) {
 	a, c := startAgent(t)
@@ -260,7 +260,7 @@ func TestTwoSchedulersRacing(t *testing.T) {
 // TestLocalVolumeSelectedNode: a WaitForFirstConsumer (flotilla-local) claim learns its node
 // from the scheduler (volume.kubernetes.io/selected-node), and the volumebinding controller
 // binds it to the local volume on that node; a pod whose claim is bound to a local volume
-// goes where the volume is (statefulset-daemonset SS-PVC-08).
+// goes where the volume is.
 func TestLocalVolumeSelectedNode(t *testing.T) {
 	a, c := startAgent(t)
 	ctx := context.Background()

@@ -1,7 +1,7 @@
 // Package defaults fills in the fields Kubernetes defaults, so that `kubectl get -o yaml` against
 // flotilla shows what it shows against upstream. Kubernetes' own defaulters live in
-// k8s.io/kubernetes, which we do not import; these are written from shared/spec and the upstream
-// behaviour.
+// k8s.io/kubernetes, which we do not import; these are written from the upstream API
+// documentation and behaviour.
 //
 // The functions are registered with Scheme.AddTypeDefaultingFunc and so run on every decode
 // (request bodies, patches, server-side apply, and reads from etcd). Every function is therefore

@@ -52,7 +52,7 @@ type defaultCase struct {
 func TestDefaults(t *testing.T) {
 	cases := []defaultCase{
 		{
-			name: "concepts A.1 pods/simple-pod.yaml",
+			name: "pods/simple-pod.yaml",
 			in: fromYAML(t, `
 apiVersion: v1
 kind: Pod
@@ -258,7 +258,7 @@ spec:
 `, &corev1.Pod{}),
 		},
 		{
-			name: "concepts A.10 application/deployment.yaml",
+			name: "application/deployment.yaml",
 			in: fromYAML(t, `
 apiVersion: apps/v1
 kind: Deployment
@@ -320,7 +320,7 @@ spec:
 `, &appsv1.Deployment{}),
 		},
 		{
-			name: "concepts A.3 controllers/frontend.yaml (ReplicaSet keeps replicas 3)",
+			name: "controllers/frontend.yaml (ReplicaSet keeps replicas 3)",
 			in: fromYAML(t, `
 apiVersion: apps/v1
 kind: ReplicaSet
@@ -375,7 +375,7 @@ spec:
 `, &appsv1.ReplicaSet{}),
 		},
 		{
-			name: "concepts A.2 Job hello (restartPolicy kept, labels from template)",
+			name: "Job hello (restartPolicy kept, labels from template)",
 			in: fromYAML(t, `
 apiVersion: batch/v1
 kind: Job
@@ -467,7 +467,7 @@ spec:
 `, &batchv1.Job{}),
 		},
 		{
-			name: "concepts A.8 application/job/cronjob.yaml",
+			name: "application/job/cronjob.yaml",
 			in: fromYAML(t, `
 apiVersion: batch/v1
 kind: CronJob
@@ -522,7 +522,7 @@ spec:
 `, &batchv1.CronJob{}),
 		},
 		{
-			name: "statefulset M2-full web",
+			name: "statefulset web with volumeClaimTemplates",
 			in: fromYAML(t, `
 apiVersion: apps/v1
 kind: StatefulSet
@@ -628,7 +628,7 @@ spec:
 `, &appsv1.StatefulSet{}),
 		},
 		{
-			name: "daemonset M6 node-exporter (explicit maxUnavailable kept, maxSurge defaulted)",
+			name: "daemonset node-exporter (explicit maxUnavailable kept, maxSurge defaulted)",
 			in: fromYAML(t, `
 apiVersion: apps/v1
 kind: DaemonSet
@@ -703,7 +703,7 @@ spec:
 `, &appsv1.DaemonSet{}),
 		},
 		{
-			name: "service M1 headless web",
+			name: "service headless web",
 			in: fromYAML(t, `
 apiVersion: v1
 kind: Service
@@ -880,7 +880,7 @@ status:
 `, &corev1.Namespace{}),
 		},
 		{
-			name: "statefulset-daemonset M3 local PersistentVolume",
+			name: "local PersistentVolume",
 			in: fromYAML(t, `
 apiVersion: v1
 kind: PersistentVolume

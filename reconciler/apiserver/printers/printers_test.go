@@ -67,7 +67,7 @@ func TestTables(t *testing.T) {
 		cells  []any    // every cell, wide ones included
 	}{
 		{
-			name: "pod running (concepts B.3)",
+			name: "pod running",
 			gr:   schema.GroupResource{Resource: "pods"},
 			obj: obj(t, `
 metadata: {name: frontend-b2zdv}
@@ -128,7 +128,7 @@ status:
 			cells: []any{"init", "0/1", "Init:0/1", "0", age, "<none>", "<none>", "<none>", "<none>"},
 		},
 		{
-			name: "pod with an image that cannot be pulled (statefulset-daemonset K-05)",
+			name: "pod with an image that cannot be pulled",
 			gr:   schema.GroupResource{Resource: "pods"},
 			obj: obj(t, `
 metadata: {name: web-2}
@@ -143,7 +143,7 @@ status:
 			cells: []any{"web-2", "0/1", "ImagePullBackOff", "0", age, "<none>", "<none>", "<none>", "<none>"},
 		},
 		{
-			name: "pod being deleted (concepts B.4)",
+			name: "pod being deleted",
 			gr:   schema.GroupResource{Resource: "pods"},
 			obj: obj(t, `
 metadata: {name: pod1, deletionTimestamp: "2026-03-01T11:59:59Z"}
@@ -159,7 +159,7 @@ status:
 			cells: []any{"pod1", "0/1", "Terminating", "0", age, "<none>", "<none>", "<none>", "<none>"},
 		},
 		{
-			name: "pod completed (statefulset-daemonset K-03)",
+			name: "pod completed",
 			gr:   schema.GroupResource{Resource: "pods"},
 			obj: obj(t, `
 metadata: {name: done, deletionTimestamp: "2026-03-01T11:59:59Z"}
@@ -191,7 +191,7 @@ status: {readyReplicas: 2, updatedReplicas: 3, availableReplicas: 2}
 			cells:  []any{"nginx-deployment", "2/3", int64(3), int64(2), age, "nginx,sidecar", "nginx:1.14.2,busybox:1.28", "app=nginx"},
 		},
 		{
-			name: "replicaset (concepts B.1)",
+			name: "replicaset",
 			gr:   schema.GroupResource{Group: "apps", Resource: "replicasets"},
 			obj: obj(t, `
 metadata: {name: frontend}
@@ -220,7 +220,7 @@ status: {readyReplicas: 1}
 			cells:  []any{"web", "1/3", age, "hello", "ghcr.io/example/hello:1.0"},
 		},
 		{
-			name: "daemonset (statefulset-daemonset DS-04, DS-29)",
+			name: "daemonset",
 			gr:   schema.GroupResource{Group: "apps", Resource: "daemonsets"},
 			obj: obj(t, `
 metadata: {name: node-exporter}
@@ -283,7 +283,7 @@ status:
 			cells: []any{"queue", "Complete", "1/1 of 3", "2m5s", age, "w", "w", ""},
 		},
 		{
-			name: "cronjob (concepts A.8)",
+			name: "cronjob",
 			gr:   schema.GroupResource{Group: "batch", Resource: "cronjobs"},
 			obj: obj(t, `
 metadata: {name: hello}
@@ -359,7 +359,7 @@ endpoints: [{addresses: [10.244.1.2]}, {addresses: [10.244.2.2]}]
 			cells:  []any{"web-abc12", "IPv4", "8080", "10.244.1.2,10.244.2.2", age},
 		},
 		{
-			name:   "namespace (concepts B.8)",
+			name:   "namespace",
 			gr:     schema.GroupResource{Resource: "namespaces"},
 			obj:    obj(t, `{metadata: {name: kube-system}, status: {phase: Active}}`, &corev1.Namespace{}),
 			header: []string{"NAME", "STATUS", "AGE"},
@@ -467,7 +467,7 @@ status: {phase: Bound}
 			cells:  []any{"pv-node-1-a", "1Gi", "RWO", "Retain", "Bound", "default/data-web-0", "", "<unset>", "", age, "Filesystem"},
 		},
 		{
-			name: "persistentvolumeclaim bound (statefulset-daemonset SS-PVC-09)",
+			name: "persistentvolumeclaim bound",
 			gr:   schema.GroupResource{Resource: "persistentvolumeclaims"},
 			obj: obj(t, `
 metadata: {name: data-web-0}
@@ -503,7 +503,7 @@ status:
 			cells:  []any{"limits", "2026-03-01T11:50:00Z"},
 		},
 		{
-			name: "ingress (concepts B.17)",
+			name: "ingress",
 			gr:   schema.GroupResource{Group: "networking.k8s.io", Resource: "ingresses"},
 			obj: obj(t, `
 metadata: {name: test-ingress}

@@ -103,7 +103,8 @@ func TestCoreSecret(t *testing.T) {
 	sec := func(typ corev1.SecretType, data map[string][]byte) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: coreOM("s", "default"), Type: typ, Data: data}
 	}
-	// services-networking.md B.35 (with real bytes in place of the placeholders).
+	// The TLS Secret example of the Kubernetes Ingress documentation (with real bytes in place of
+	// the placeholders).
 	tls := sec(corev1.SecretTypeTLS, map[string][]byte{"tls.crt": []byte("cert"), "tls.key": []byte("key")})
 	tls.Name = "testsecret-tls"
 	sat := sec(corev1.SecretTypeServiceAccountToken, nil)
@@ -111,7 +112,7 @@ func TestCoreSecret(t *testing.T) {
 	withStringData := sec(corev1.SecretTypeBasicAuth, nil)
 	withStringData.StringData = map[string]string{"username": "admin"}
 	coreRunCreate(t, "Secret", []coreCase{
-		{"B.35 tls", tls, nil},
+		{"tls", tls, nil},
 		{"opaque", sec(corev1.SecretTypeOpaque, map[string][]byte{"password": []byte("x")}), nil},
 		{"service account token", sat, nil},
 		{"basic-auth via stringData", withStringData, nil},
@@ -147,9 +148,10 @@ func TestCoreServiceAccount(t *testing.T) {
 }
 
 func TestCoreNode(t *testing.T) {
-	// concepts.md A.12 and services-networking.md B.59.
-	a12 := coreFixture[corev1.Node](t, `{"kind": "Node", "apiVersion": "v1", "metadata": {"name": "10.240.79.157", "labels": {"name": "my-first-k8s-node"}}}`)
-	b59 := coreFixture[corev1.Node](t, `
+	// The Node examples of the Kubernetes documentation: a manually created Node, and one that
+	// declares a feature.
+	manual := coreFixture[corev1.Node](t, `{"kind": "Node", "apiVersion": "v1", "metadata": {"name": "10.240.79.157", "labels": {"name": "my-first-k8s-node"}}}`)
+	declaring := coreFixture[corev1.Node](t, `
 apiVersion: v1
 kind: Node
 metadata:
@@ -170,8 +172,8 @@ status:
 		return n
 	}
 	coreRunCreate(t, "Node", []coreCase{
-		{"A.12", a12, nil},
-		{"B.59", b59, nil},
+		{"manually created node", manual, nil},
+		{"node declaring a feature", declaring, nil},
 		{"full", node(nil), nil},
 		{"bad podCIDR", node(func(n *corev1.Node) { n.Spec.PodCIDR, n.Spec.PodCIDRs = "10.244.1.0/33", nil }), []coreWant{cInv("spec.podCIDR")}},
 		{"two IPv4 podCIDRs", node(func(n *corev1.Node) { n.Spec.PodCIDRs = append(n.Spec.PodCIDRs, "10.245.1.0/24") }), []coreWant{cInv("spec.podCIDRs[1]")}},

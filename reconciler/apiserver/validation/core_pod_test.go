@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Valid pods: the manifests of concepts.md Appendix A and services-networking.md Appendix B.
+// Valid pods: example manifests from the Kubernetes documentation.
 var corePodFixtures = map[string]string{
-	"A.1 simple-pod": `
+	"simple-pod": `
 apiVersion: v1
 kind: Pod
 metadata:
@@ -27,7 +27,7 @@ spec:
     ports:
     - containerPort: 80
 `,
-	"A.4 pod1": `
+	"pod1": `
 apiVersion: v1
 kind: Pod
 metadata:
@@ -39,7 +39,7 @@ spec:
   - name: hello1
     image: gcr.io/google-samples/hello-app:2.0
 `,
-	"A.11 nginx-demo": `
+	"nginx-demo": `
 apiVersion: v1
 kind: Pod
 metadata:
@@ -51,7 +51,7 @@ spec:
     ports:
     - containerPort: 80
 `,
-	"A.19 foo with imagePullSecrets": `
+	"foo with imagePullSecrets": `
 apiVersion: v1
 kind: Pod
 metadata:
@@ -64,7 +64,7 @@ spec:
   imagePullSecrets:
     - name: myregistrykey
 `,
-	"A.25 nginx named port": `
+	"nginx named port": `
 apiVersion: v1
 kind: Pod
 metadata:
@@ -79,7 +79,7 @@ spec:
       - containerPort: 80
         name: http-web-svc
 `,
-	"B.56 busybox1 hostname/subdomain": `
+	"busybox1 hostname/subdomain": `
 apiVersion: v1
 kind: Pod
 metadata:
@@ -96,7 +96,7 @@ spec:
       - "3600"
     name: busybox
 `,
-	"B.57 hostNetwork ClusterFirstWithHostNet": `
+	"hostNetwork ClusterFirstWithHostNet": `
 apiVersion: v1
 kind: Pod
 metadata:
@@ -114,7 +114,7 @@ spec:
   hostNetwork: true
   dnsPolicy: ClusterFirstWithHostNet
 `,
-	"B.58 custom-dns": `
+	"custom-dns": `
 apiVersion: v1
 kind: Pod
 metadata:
@@ -136,7 +136,7 @@ spec:
         value: "2"
       - name: edns0
 `,
-	"B.60 restartPolicyRules": `
+	"restartPolicyRules": `
 apiVersion: v1
 kind: Pod
 metadata:
@@ -255,7 +255,7 @@ func TestCorePodFixturesValid(t *testing.T) {
 }
 
 func TestCorePodTemplateSpecFixtures(t *testing.T) {
-	// A.2 Job hello: the pod template of a Job.
+	// Job hello: the pod template of a Job.
 	job := `
 spec:
   template:

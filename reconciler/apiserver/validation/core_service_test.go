@@ -10,9 +10,9 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// Valid Services: concepts.md A.24-A.26, services-networking.md B.01-B.05, B.23, B.24, B.56, E.1, E.2.
+// Valid Services: example manifests from the Kubernetes documentation, and a few of our own.
 var coreServiceFixtures = map[string]string{
-	"A.24 simple-service": `
+	"simple-service": `
 apiVersion: v1
 kind: Service
 metadata:
@@ -25,7 +25,7 @@ spec:
       port: 80
       targetPort: 9376
 `,
-	"A.25 named targetPort": `
+	"named targetPort": `
 apiVersion: v1
 kind: Service
 metadata:
@@ -39,7 +39,7 @@ spec:
     port: 80
     targetPort: http-web-svc
 `,
-	"B.02 no selector": `
+	"no selector": `
 apiVersion: v1
 kind: Service
 metadata:
@@ -50,7 +50,7 @@ spec:
       port: 80
       targetPort: 9376
 `,
-	"B.04 multi-port": `
+	"multi-port": `
 apiVersion: v1
 kind: Service
 metadata:
@@ -68,7 +68,7 @@ spec:
       port: 443
       targetPort: 9377
 `,
-	"B.23 ExternalName": `
+	"ExternalName": `
 apiVersion: v1
 kind: Service
 metadata:
@@ -78,7 +78,7 @@ spec:
   type: ExternalName
   externalName: my.database.example.com
 `,
-	"B.24 externalIPs": `
+	"externalIPs": `
 apiVersion: v1
 kind: Service
 metadata:
@@ -94,7 +94,7 @@ spec:
   externalIPs:
     - 80.11.12.10
 `,
-	"B.56 headless": `
+	"headless": `
 apiVersion: v1
 kind: Service
 metadata:
@@ -107,7 +107,7 @@ spec:
   - name: foo # name is not required for single-port Services
     port: 1234
 `,
-	"E.1 kube-dns static ClusterIP": `
+	"kube-dns static ClusterIP": `
 apiVersion: v1
 kind: Service
 metadata:
@@ -132,7 +132,7 @@ spec:
     k8s-app: kube-dns
   type: ClusterIP
 `,
-	"E.2 internalTrafficPolicy Local": `
+	"internalTrafficPolicy Local": `
 apiVersion: v1
 kind: Service
 metadata:
@@ -146,7 +146,7 @@ spec:
       targetPort: 9376
   internalTrafficPolicy: Local
 `,
-	"SVC-19 NodePort 30007": `
+	"NodePort 30007": `
 apiVersion: v1
 kind: Service
 metadata:
@@ -174,8 +174,8 @@ spec:
 `,
 }
 
-// B.05: a LoadBalancer with clusterIP 10.0.171.239, outside the default 10.96.0.0/12.
-const coreServiceB05 = `
+// coreServiceLB is a LoadBalancer with clusterIP 10.0.171.239, outside the default 10.96.0.0/12.
+const coreServiceLB = `
 apiVersion: v1
 kind: Service
 metadata:
@@ -205,7 +205,7 @@ func TestCoreServiceFixturesValid(t *testing.T) {
 }
 
 func TestCoreServiceClusterIPRange(t *testing.T) {
-	svc := coreFixture[corev1.Service](t, coreServiceB05)
+	svc := coreFixture[corev1.Service](t, coreServiceLB)
 	errs := coreFuncs(t, "Service", DefaultOptions()).Create(svc)
 	coreCheck(t, errs, cInv("spec.clusterIP"))
 	if len(errs) == 1 && !strings.Contains(errs[0].Error(), "is not in the valid range. The range of valid IPs is 10.96.0.0/12") {
@@ -221,7 +221,7 @@ func TestCoreServiceClusterIPRange(t *testing.T) {
 }
 
 func coreServiceBase(t *testing.T) *corev1.Service {
-	s := coreFixture[corev1.Service](t, coreServiceFixtures["B.04 multi-port"])
+	s := coreFixture[corev1.Service](t, coreServiceFixtures["multi-port"])
 	s.Spec.Type = corev1.ServiceTypeClusterIP
 	s.Spec.ClusterIP = "10.96.12.7"
 	s.Spec.ClusterIPs = []string{"10.96.12.7"}
@@ -328,7 +328,7 @@ func TestCoreServiceUpdate(t *testing.T) {
 	s.Spec.Ports[0].NodePort = 30080
 	coreCheck(t, f.Update(s, old))
 
-	st := coreFixture[corev1.Service](t, coreServiceB05)
+	st := coreFixture[corev1.Service](t, coreServiceLB)
 	st.Spec.ClusterIP = "10.96.0.20"
 	st.ResourceVersion = "3"
 	newSt := st.DeepCopy()
@@ -340,7 +340,7 @@ func TestCoreServiceUpdate(t *testing.T) {
 
 func TestCoreEndpoints(t *testing.T) {
 	f := coreFuncs(t, "Endpoints", DefaultOptions())
-	// services-networking.md B.03
+	// The Endpoints example of the Kubernetes Service documentation.
 	ep := coreFixture[corev1.Endpoints](t, `
 apiVersion: v1
 kind: Endpoints

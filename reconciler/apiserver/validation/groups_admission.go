@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// These checks are syntactic only: compiling the CEL expressions (and their cost budget,
-// api-reference.md CEL-COST-04) belongs to the policies package.
+// These checks are syntactic only: compiling the CEL expressions (and their cost budget) belongs
+// to the policies package.
 const (
 	// maxExpressionLength bounds one CEL expression so that a policy stays far below the
 	// object size limit; compilation applies the real cost budget.

@@ -10,7 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// ValidateDeployment validates a Deployment on create (concepts.md §22 Deployment, RS-08..RS-10).
+// ValidateDeployment validates a Deployment on create: selector, a template whose labels match
+// it, strategy and the counts.
 func ValidateDeployment(d *appsv1.Deployment) field.ErrorList {
 	errs := validateMeta(&d.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain)
 	return append(errs, validateDeploymentSpec(&d.Spec, specPath)...)
@@ -113,7 +114,8 @@ func validateRollingUpdateDeployment(r *appsv1.RollingUpdateDeployment, p *field
 	return errs
 }
 
-// ValidateReplicaSet validates a ReplicaSet on create (RS-08..RS-11).
+// ValidateReplicaSet validates a ReplicaSet on create: a selector, a template whose labels match
+// it and restartPolicy Always.
 func ValidateReplicaSet(rs *appsv1.ReplicaSet) field.ErrorList {
 	errs := validateMeta(&rs.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain)
 	return append(errs, validateReplicaSetSpec(&rs.Spec, specPath)...)
@@ -149,15 +151,16 @@ func validateReplicaSetSpec(s *appsv1.ReplicaSetSpec, p *field.Path) field.Error
 	return append(errs, validateLongRunningTemplate(s.Selector, &s.Template, p.Child("template"), "ReplicaSet", nil)...)
 }
 
-// ValidateStatefulSet validates a StatefulSet on create (statefulset-daemonset.md §1.B-1.I).
+// ValidateStatefulSet validates a StatefulSet on create.
 // Its name is a DNS label because pod names and hostnames are "<name>-<ordinal>".
 func ValidateStatefulSet(ss *appsv1.StatefulSet) field.ErrorList {
 	errs := validateMeta(&ss.ObjectMeta, true, apimachineryvalidation.NameIsDNSLabel)
 	return append(errs, validateStatefulSetSpec(&ss.Spec, specPath)...)
 }
 
-// ValidateStatefulSetUpdate validates a StatefulSet update: only the fields SS-PVC-10 lists may
-// change.
+// ValidateStatefulSetUpdate validates a StatefulSet update: only replicas, ordinals, template,
+// updateStrategy, revisionHistoryLimit, persistentVolumeClaimRetentionPolicy and minReadySeconds
+// may change, as upstream.
 func ValidateStatefulSetUpdate(ss, old *appsv1.StatefulSet) field.ErrorList {
 	errs := validateMetaUpdate(&ss.ObjectMeta, &old.ObjectMeta)
 	errs = append(errs, validateStatefulSetSpec(&ss.Spec, specPath)...)
@@ -327,7 +330,7 @@ func accessModeSupported(m corev1.PersistentVolumeAccessMode) bool {
 	return false
 }
 
-// ValidateDaemonSet validates a DaemonSet on create (statefulset-daemonset.md DS-16..DS-21).
+// ValidateDaemonSet validates a DaemonSet on create: selector, template and update strategy.
 func ValidateDaemonSet(ds *appsv1.DaemonSet) field.ErrorList {
 	errs := validateMeta(&ds.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain)
 	return append(errs, validateDaemonSetSpec(&ds.Spec, specPath)...)
@@ -381,7 +384,7 @@ func validateDaemonSetSpec(s *appsv1.DaemonSetSpec, p *field.Path) field.ErrorLi
 	return errs
 }
 
-// validateRollingUpdateDaemonSet enforces DS-19/DS-20: exactly one of maxUnavailable and
+// validateRollingUpdateDaemonSet enforces upstream's rule: exactly one of maxUnavailable and
 // maxSurge is non-zero.
 func validateRollingUpdateDaemonSet(r *appsv1.RollingUpdateDaemonSet, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
@@ -413,7 +416,7 @@ func ValidateControllerRevision(cr *appsv1.ControllerRevision) field.ErrorList {
 }
 
 // ValidateControllerRevisionUpdate validates a ControllerRevision update: data is immutable, the
-// revision number may change (rollback renumbers, SS-REV-08).
+// revision number may change (a rollback renumbers the revision it returns to).
 func ValidateControllerRevisionUpdate(cr, old *appsv1.ControllerRevision) field.ErrorList {
 	errs := validateMetaUpdate(&cr.ObjectMeta, &old.ObjectMeta)
 	errs = append(errs, nonNegative(cr.Revision, field.NewPath("revision"))...)

@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// concepts.md A.10 application/deployment.yaml
+// application/deployment.yaml of the Kubernetes documentation.
 const deploymentYAML = `
 apiVersion: apps/v1
 kind: Deployment
@@ -36,7 +36,7 @@ spec:
         - containerPort: 80
 `
 
-// concepts.md A.3 controllers/frontend.yaml
+// controllers/frontend.yaml of the Kubernetes documentation.
 const replicaSetYAML = `
 apiVersion: apps/v1
 kind: ReplicaSet
@@ -60,7 +60,8 @@ spec:
         image: gcr.io/google_samples/gb-frontend:v3
 `
 
-// statefulset-daemonset.md M2-full (M1 merged with M2) plus the M4 retention policy.
+// The web StatefulSet with its volumeClaimTemplates, plus a
+// persistentVolumeClaimRetentionPolicy.
 const statefulSetYAML = `
 apiVersion: apps/v1
 kind: StatefulSet
@@ -104,7 +105,7 @@ spec:
           storage: 1Gi
 `
 
-// statefulset-daemonset.md M6 node-exporter.yaml
+// A node-exporter DaemonSet (node-exporter.yaml).
 const daemonSetYAML = `
 apiVersion: apps/v1
 kind: DaemonSet
@@ -207,7 +208,7 @@ func TestValidateDeployment(t *testing.T) {
 		mutate func(*appsv1.Deployment)
 		want   []string
 	}{
-		{"fixture A.10", func(*appsv1.Deployment) {}, none()},
+		{"deployment.yaml", func(*appsv1.Deployment) {}, none()},
 		{"recreate", func(d *appsv1.Deployment) {
 			d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
 		}, none()},
@@ -308,16 +309,16 @@ func TestValidateReplicaSet(t *testing.T) {
 		mutate func(*appsv1.ReplicaSet)
 		want   []string
 	}{
-		{"fixture A.3", func(*appsv1.ReplicaSet) {}, none()},
-		{"set-based selector (RS-28)", func(rs *appsv1.ReplicaSet) {
+		{"frontend.yaml", func(*appsv1.ReplicaSet) {}, none()},
+		{"set-based selector", func(rs *appsv1.ReplicaSet) {
 			rs.Spec.Selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 				{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"frontend", "web"}}}}
 		}, none()},
 		{"empty restartPolicy is defaulted", func(rs *appsv1.ReplicaSet) { rs.Spec.Template.Spec.RestartPolicy = "" }, none()},
-		{"labels do not match (RS-10)", func(rs *appsv1.ReplicaSet) {
+		{"labels do not match", func(rs *appsv1.ReplicaSet) {
 			rs.Spec.Template.Labels = map[string]string{"tier": "backend"}
 		}, errs(inv("spec.template.metadata.labels"))},
-		{"restartPolicy Never (RS-09)", func(rs *appsv1.ReplicaSet) {
+		{"restartPolicy Never", func(rs *appsv1.ReplicaSet) {
 			rs.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
 		}, errs(nsup("spec.template.spec.restartPolicy"))},
 		{"empty selector", func(rs *appsv1.ReplicaSet) { rs.Spec.Selector = &metav1.LabelSelector{} }, errs(inv("spec.selector"))},
@@ -351,8 +352,8 @@ func TestValidateStatefulSet(t *testing.T) {
 		mutate func(*appsv1.StatefulSet)
 		want   []string
 	}{
-		{"fixture M2-full + M4", func(*appsv1.StatefulSet) {}, none()},
-		{"partition M5, Parallel, OnDelete-free", func(ss *appsv1.StatefulSet) {
+		{"web with claims and retention policy", func(*appsv1.StatefulSet) {}, none()},
+		{"partition, Parallel, ordinals", func(ss *appsv1.StatefulSet) {
 			ss.Spec.UpdateStrategy.RollingUpdate.Partition = ptr.To[int32](2)
 			ss.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable = ios("50%")
 			ss.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
@@ -433,7 +434,7 @@ func TestValidateStatefulSetUpdate(t *testing.T) {
 	checkErrs(t, ValidateStatefulSetUpdate(allowed, old), none())
 
 	for name, mutate := range map[string]func(*appsv1.StatefulSet){
-		"volumeClaimTemplates (SS-PVC-10)": func(ss *appsv1.StatefulSet) {
+		"volumeClaimTemplates": func(ss *appsv1.StatefulSet) {
 			ss.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("2Gi")
 		},
 		"serviceName":         func(ss *appsv1.StatefulSet) { ss.Spec.ServiceName = "web2" },
@@ -461,17 +462,17 @@ func TestValidateDaemonSet(t *testing.T) {
 		mutate func(*appsv1.DaemonSet)
 		want   []string
 	}{
-		{"fixture M6", func(*appsv1.DaemonSet) {}, none()},
-		{"M8-surge", func(ds *appsv1.DaemonSet) {
+		{"node-exporter.yaml", func(*appsv1.DaemonSet) {}, none()},
+		{"surge", func(ds *appsv1.DaemonSet) {
 			ds.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ios("0"), MaxSurge: ios("1")}
 		}, none()},
 		{"OnDelete", func(ds *appsv1.DaemonSet) {
 			ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
 		}, none()},
-		{"both zero (DS-19)", func(ds *appsv1.DaemonSet) {
+		{"both zero", func(ds *appsv1.DaemonSet) {
 			ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable = ios("0")
 		}, errs(req("spec.updateStrategy.rollingUpdate.maxUnavailable"))},
-		{"both non-zero (DS-20, DS-21)", func(ds *appsv1.DaemonSet) {
+		{"both non-zero", func(ds *appsv1.DaemonSet) {
 			ds.Spec.UpdateStrategy.RollingUpdate.MaxSurge = ios("1")
 		}, errs(inv("spec.updateStrategy.rollingUpdate.maxSurge"))},
 		{"maxSurge over 100%", func(ds *appsv1.DaemonSet) {
@@ -502,12 +503,12 @@ func TestValidateDaemonSet(t *testing.T) {
 	ds := testDaemonSet(t)
 	ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable = ios("0")
 	if got := ValidateDaemonSet(ds).ToAggregate().Error(); !strings.Contains(got, "spec.updateStrategy.rollingUpdate.maxUnavailable: Required value: cannot be 0 when maxSurge is 0") {
-		t.Errorf("DS-19 message: %s", got)
+		t.Errorf("both-zero message: %s", got)
 	}
 	ds = testDaemonSet(t)
 	ds.Spec.UpdateStrategy.RollingUpdate.MaxSurge = ios("1")
 	if got := ValidateDaemonSet(ds).ToAggregate().Error(); !strings.Contains(got, "spec.updateStrategy.rollingUpdate.maxSurge: Invalid value: \"1\": may not be set when maxUnavailable is non-zero") {
-		t.Errorf("DS-20 message: %s", got)
+		t.Errorf("both-non-zero message: %s", got)
 	}
 
 	old := testDaemonSet(t)
@@ -531,7 +532,7 @@ func TestValidateControllerRevision(t *testing.T) {
 	checkErrs(t, ValidateControllerRevision(bad), errs(req("data"), inv("revision")))
 
 	renumbered := cr.DeepCopy()
-	renumbered.Revision = 3 // SS-REV-08
+	renumbered.Revision = 3 // a rollback renumbers the revision
 	checkErrs(t, ValidateControllerRevisionUpdate(renumbered, cr), none())
 
 	changed := cr.DeepCopy()

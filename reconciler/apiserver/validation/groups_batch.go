@@ -23,7 +23,8 @@ const (
 	maxPodFailurePolicyRules = 20
 	maxSuccessPolicyRules    = 20
 	maxManagedByLength       = 63
-	// maxCronJobNameLength leaves room for the 11 characters the controller appends (CJ-02).
+	// maxCronJobNameLength leaves room for the 11 characters the controller appends to name a
+	// Job ("-" and the scheduled time in minutes).
 	maxCronJobNameLength = 52
 )
 
@@ -318,7 +319,7 @@ func derefOr(v *int32) any {
 	return *v
 }
 
-// ValidateCronJob validates a CronJob on create (concepts.md §4).
+// ValidateCronJob validates a CronJob on create.
 func ValidateCronJob(cj *batchv1.CronJob) field.ErrorList {
 	errs := validateMeta(&cj.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain)
 	if len(cj.Name) > maxCronJobNameLength {

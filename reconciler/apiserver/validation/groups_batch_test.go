@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// concepts.md A.2 Job hello
+// The Job hello example of the Kubernetes documentation.
 const jobYAML = `
 apiVersion: batch/v1
 kind: Job
@@ -27,7 +27,7 @@ spec:
       restartPolicy: OnFailure
 `
 
-// concepts.md A.8 application/job/cronjob.yaml
+// application/job/cronjob.yaml of the Kubernetes documentation.
 const cronJobYAML = `
 apiVersion: batch/v1
 kind: CronJob
@@ -79,7 +79,7 @@ func TestValidateJob(t *testing.T) {
 		mutate func(*batchv1.Job)
 		want   []string
 	}{
-		{"fixture A.2", func(*batchv1.Job) {}, none()},
+		{"job hello", func(*batchv1.Job) {}, none()},
 		{"indexed", func(j *batchv1.Job) {
 			j.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
 			j.Spec.Completions, j.Spec.Parallelism = ptr.To[int32](5), ptr.To[int32](2)
@@ -222,8 +222,8 @@ func TestValidateCronJob(t *testing.T) {
 		mutate func(*batchv1.CronJob)
 		want   []string
 	}{
-		{"fixture A.8", func(*batchv1.CronJob) {}, none()},
-		{"CJ-04 schedule", func(cj *batchv1.CronJob) { cj.Spec.Schedule = "0 0 13 * 5" }, none()},
+		{"cronjob.yaml", func(*batchv1.CronJob) {}, none()},
+		{"both day fields restricted", func(cj *batchv1.CronJob) { cj.Spec.Schedule = "0 0 13 * 5" }, none()},
 		{"macro and time zone", func(cj *batchv1.CronJob) {
 			cj.Spec.Schedule = "@daily"
 			cj.Spec.TimeZone = ptr.To("Europe/Berlin")
@@ -232,7 +232,7 @@ func TestValidateCronJob(t *testing.T) {
 		}, none()},
 		{"names, ranges, steps", func(cj *batchv1.CronJob) { cj.Spec.Schedule = "*/15 8-18/2 1,15 JAN-jun mon-FRI" }, none()},
 		{"52-character name", func(cj *batchv1.CronJob) { cj.Name = strings.Repeat("a", 52) }, none()},
-		{"53-character name (CJ-02)", func(cj *batchv1.CronJob) { cj.Name = strings.Repeat("a", 53) }, errs(inv("metadata.name"))},
+		{"53-character name", func(cj *batchv1.CronJob) { cj.Name = strings.Repeat("a", 53) }, errs(inv("metadata.name"))},
 		{"no schedule", func(cj *batchv1.CronJob) { cj.Spec.Schedule = "" }, errs(req("spec.schedule"))},
 		{"four fields", func(cj *batchv1.CronJob) { cj.Spec.Schedule = "* * * *" }, errs(inv("spec.schedule"))},
 		{"minute out of range", func(cj *batchv1.CronJob) { cj.Spec.Schedule = "60 * * * *" }, errs(inv("spec.schedule"))},
@@ -298,7 +298,7 @@ func TestParseCronSchedule(t *testing.T) {
 		want bool
 	}{
 		{"* * * * *", "2026-11-29 14:51 Sun", true},
-		// CJ-04: both day fields restricted combine with OR.
+		// Both day fields restricted combine with OR.
 		{"0 0 13 * 5", "2026-11-13 00:00 Fri", true},
 		{"0 0 13 * 5", "2026-11-20 00:00 Fri", true},
 		{"0 0 13 * 5", "2026-10-13 00:00 Tue", true},
@@ -307,7 +307,7 @@ func TestParseCronSchedule(t *testing.T) {
 		// One day field restricted: AND with the other "*".
 		{"0 0 * * 5", "2026-11-13 00:00 Fri", true},
 		{"0 0 * * 5", "2026-11-14 00:00 Sat", false},
-		// 7 is Sunday too (CJ-03).
+		// 7 is Sunday too.
 		{"30 2 * * 7", "2026-11-29 02:30 Sun", true},
 		{"30 2 * * SUN", "2026-11-29 02:30 Sun", true},
 		{"*/20 * * * *", "2026-11-29 14:40 Sun", true},

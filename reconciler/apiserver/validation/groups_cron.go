@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// CronSchedule is a parsed five-field cron schedule (concepts.md CJ-03): one bit per allowed
+// CronSchedule is a parsed five-field cron schedule (standard cron syntax): one bit per allowed
 // value of each field.
 type CronSchedule struct {
 	Minute, Hour, DayOfMonth, Month, DayOfWeek uint64
 	// DayOfMonthStar and DayOfWeekStar record a field written as "*" or "?": when both day fields
-	// are restricted they combine with OR (CJ-04), otherwise with AND.
+	// are restricted they combine with OR, otherwise with AND.
 	DayOfMonthStar, DayOfWeekStar bool
 }
 
@@ -43,7 +43,7 @@ var (
 		"jan": 1, "feb": 2, "mar": 3, "apr": 4, "may": 5, "jun": 6,
 		"jul": 7, "aug": 8, "sep": 9, "oct": 10, "nov": 11, "dec": 12,
 	}}
-	// Day of week accepts 7 as Sunday (CJ-03); parse folds it onto 0.
+	// Day of week accepts 7 as Sunday; parse folds it onto 0.
 	cronDow = cronField{name: "day of week", min: 0, max: 7, names: map[string]uint{
 		"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6,
 	}}

@@ -56,7 +56,7 @@ func validateLeaseSpec(s *coordinationv1.LeaseSpec, p *field.Path) field.ErrorLi
 	return errs
 }
 
-// ValidatePodDisruptionBudget validates a PodDisruptionBudget on create (concepts.md §2).
+// ValidatePodDisruptionBudget validates a PodDisruptionBudget on create.
 func ValidatePodDisruptionBudget(pdb *policyv1.PodDisruptionBudget) field.ErrorList {
 	errs := validateMeta(&pdb.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain)
 	return append(errs, validatePDBSpec(&pdb.Spec, specPath)...)

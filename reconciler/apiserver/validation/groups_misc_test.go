@@ -15,7 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// A node heartbeat Lease as the node agent writes it (concepts.md §22 Lease).
+// A node heartbeat Lease as the node agent writes it.
 const leaseYAML = `
 apiVersion: coordination.k8s.io/v1
 kind: Lease
@@ -64,7 +64,7 @@ func TestValidateLease(t *testing.T) {
 	checkErrs(t, ValidateLeaseUpdate(upd, old), none())
 }
 
-// PDB from concepts.md PDB-04/PDB-11 (minAvailable 2 over the Deployment's pods).
+// The PDB example of the Kubernetes documentation (minAvailable 2 over the Deployment's pods).
 const pdbYAML = `
 apiVersion: policy/v1
 kind: PodDisruptionBudget
@@ -84,7 +84,7 @@ func TestValidatePodDisruptionBudget(t *testing.T) {
 		want   []string
 	}{
 		{"minAvailable", func(*policyv1.PodDisruptionBudget) {}, none()},
-		{"maxUnavailable percent, AlwaysAllow (PDB-09)", func(p *policyv1.PodDisruptionBudget) {
+		{"maxUnavailable percent, AlwaysAllow", func(p *policyv1.PodDisruptionBudget) {
 			p.Spec.MinAvailable = nil
 			p.Spec.MaxUnavailable = ptr.To(intstr.FromString("20%"))
 			p.Spec.UnhealthyPodEvictionPolicy = ptr.To(policyv1.AlwaysAllow)
@@ -137,7 +137,7 @@ func TestValidateEventsV1Event(t *testing.T) {
 		mutate func(*eventsv1.Event)
 		want   []string
 	}{
-		{"RS-21 event", func(*eventsv1.Event) {}, none()},
+		{"replicaset SuccessfulCreate event", func(*eventsv1.Event) {}, none()},
 		{"node event in default", func(e *eventsv1.Event) {
 			e.Regarding = corev1.ObjectReference{Kind: "Node", Name: "edge-host-1"}
 			e.Series = &eventsv1.EventSeries{Count: 2, LastObservedTime: e.EventTime}

@@ -17,7 +17,7 @@ import (
 )
 
 const (
-	// annotationIngressClass is the legacy class selector that ingressClassName replaces (ING-29).
+	// annotationIngressClass is the legacy class selector that ingressClassName replaces.
 	annotationIngressClass       = "kubernetes.io/ingress.class"
 	maxIngressClassControllerLen = 250
 )
@@ -31,7 +31,8 @@ var (
 	portProtocols        = []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP}
 )
 
-// ValidateIngress validates an Ingress on create (services-networking.md ING-05..ING-16).
+// ValidateIngress validates an Ingress on create: rules, hosts, paths with a pathType, backends
+// naming either a Service or a resource, TLS and the class.
 func ValidateIngress(ing *networkingv1.Ingress) field.ErrorList {
 	errs := validateMeta(&ing.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain)
 	errs = append(errs, validateIngressSpec(&ing.Spec, specPath)...)
@@ -48,7 +49,8 @@ func ValidateIngressUpdate(ing, old *networkingv1.Ingress) field.ErrorList {
 	return append(errs, validateIngressSpec(&ing.Spec, specPath)...)
 }
 
-// ValidateIngressStatusUpdate validates a write to ingresses/status (the addresses ING-31 shows).
+// ValidateIngressStatusUpdate validates a write to ingresses/status (the load-balancer
+// addresses the Ingress proxies record).
 func ValidateIngressStatusUpdate(ing, old *networkingv1.Ingress) field.ErrorList {
 	errs := validateMetaUpdate(&ing.ObjectMeta, &old.ObjectMeta)
 	lp := statusPath.Child("loadBalancer", "ingress")
@@ -135,7 +137,7 @@ func validateIngressSpec(s *networkingv1.IngressSpec, p *field.Path) field.Error
 	return errs
 }
 
-// validateIngressHost accepts a DNS name or a wildcard covering one label ("*.foo.com", ING-22).
+// validateIngressHost accepts a DNS name or a wildcard covering one label ("*.foo.com").
 func validateIngressHost(h string, p *field.Path) field.ErrorList {
 	if _, err := netip.ParseAddr(h); err == nil {
 		return field.ErrorList{field.Invalid(p, h, "must be a DNS name, not an IP address")}
@@ -225,7 +227,7 @@ func validatePathSegment(v string, p *field.Path) field.ErrorList {
 	return nameErrs(p, v, path.ValidatePathSegmentName(v, false))
 }
 
-// ValidateIngressClass validates an IngressClass on create (ING-24..ING-28).
+// ValidateIngressClass validates an IngressClass on create: controller and parameters.
 func ValidateIngressClass(ic *networkingv1.IngressClass) field.ErrorList {
 	errs := validateMeta(&ic.ObjectMeta, false, apimachineryvalidation.NameIsDNSSubdomain)
 	return append(errs, validateIngressClassSpec(&ic.Spec, specPath)...)
@@ -253,7 +255,7 @@ func validateIngressClassSpec(s *networkingv1.IngressClassSpec, p *field.Path) f
 		}
 		errs = append(errs, validatePathSegment(r.Kind, pp.Child("kind"))...)
 		errs = append(errs, validatePathSegment(r.Name, pp.Child("name"))...)
-		// An unset scope means Cluster (ING-28).
+		// An unset scope means Cluster.
 		scope := networkingv1.IngressClassParametersReferenceScopeCluster
 		if r.Scope != nil {
 			scope = *r.Scope
@@ -277,7 +279,8 @@ func validateIngressClassSpec(s *networkingv1.IngressClassSpec, p *field.Path) f
 	return errs
 }
 
-// ValidateNetworkPolicy validates a NetworkPolicy on create (NP-01, NP-12..NP-19, NP-29).
+// ValidateNetworkPolicy validates a NetworkPolicy on create: selectors, peers, ports and
+// endPort (a numeric port not above it).
 func ValidateNetworkPolicy(np *networkingv1.NetworkPolicy) field.ErrorList {
 	errs := validateMeta(&np.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain)
 	return append(errs, validateNetworkPolicySpec(&np.Spec, nil, specPath)...)
@@ -435,7 +438,8 @@ const (
 
 var addressTypes = []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6, discoveryv1.AddressTypeFQDN}
 
-// ValidateEndpointSlice validates an EndpointSlice on create (EPS-03..EPS-07, EPS-14).
+// ValidateEndpointSlice validates an EndpointSlice on create: address type, addresses, ports,
+// conditions, at most 1000 endpoints per slice and 100 addresses per endpoint.
 func ValidateEndpointSlice(es *discoveryv1.EndpointSlice) field.ErrorList {
 	errs := validateMeta(&es.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain)
 	if v, ok := es.Labels[discoveryv1.LabelServiceName]; ok {

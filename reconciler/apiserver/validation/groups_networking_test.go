@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// Ingress fixtures: concepts.md A.34-A.36, A.40-A.42 and services-networking.md B.36.
+// Ingress examples of the Kubernetes Ingress documentation.
 var ingressFixtures = map[string]string{
 	"minimal-ingress": `
 apiVersion: networking.k8s.io/v1
@@ -191,7 +191,7 @@ func TestValidateIngress(t *testing.T) {
 			path0(ing).Backend.Service.Port = networkingv1.ServiceBackendPort{Name: "http"}
 		}, none()},
 		{"exact path", func(ing *networkingv1.Ingress) { path0(ing).PathType = ptr.To(networkingv1.PathTypeExact) }, none()},
-		{"no pathType (ING-16, A.1 S7)", func(ing *networkingv1.Ingress) { path0(ing).PathType = nil },
+		{"no pathType", func(ing *networkingv1.Ingress) { path0(ing).PathType = nil },
 			errs(req("spec.rules[0].http.paths[0].pathType"))},
 		{"unknown pathType", func(ing *networkingv1.Ingress) {
 			path0(ing).PathType = ptr.To[networkingv1.PathType]("Regex")
@@ -208,7 +208,7 @@ func TestValidateIngress(t *testing.T) {
 			errs(inv("spec.rules[0].http.paths[0].path"))},
 		{"encoded slash", func(ing *networkingv1.Ingress) { path0(ing).Path = "/a%2Fb" },
 			errs(inv("spec.rules[0].http.paths[0].path"))},
-		{"both service and resource (ING-13)", func(ing *networkingv1.Ingress) {
+		{"both service and resource", func(ing *networkingv1.Ingress) {
 			path0(ing).Backend.Resource = &corev1.TypedLocalObjectReference{Kind: "StorageBucket", Name: "b"}
 		}, errs(inv("spec.rules[0].http.paths[0].backend"))},
 		{"no backend", func(ing *networkingv1.Ingress) { path0(ing).Backend = networkingv1.IngressBackend{} },
@@ -229,7 +229,7 @@ func TestValidateIngress(t *testing.T) {
 			errs(inv("spec.rules[0].host"))},
 		{"uppercase host", func(ing *networkingv1.Ingress) { ing.Spec.Rules[0].Host = "Foo.Bar.com" },
 			errs(inv("spec.rules[0].host"))},
-		{"no rules, no default backend (ING-11)", func(ing *networkingv1.Ingress) { ing.Spec.Rules = nil },
+		{"no rules, no default backend", func(ing *networkingv1.Ingress) { ing.Spec.Rules = nil },
 			errs(req("spec.rules"))},
 		{"http without paths", func(ing *networkingv1.Ingress) { ing.Spec.Rules[0].HTTP.Paths = nil },
 			errs(req("spec.rules[0].http.paths"))},
@@ -264,7 +264,7 @@ func TestValidateIngress(t *testing.T) {
 	checkErrs(t, ValidateIngressStatusUpdate(upd, old), errs(inv("status.loadBalancer.ingress[1].ip"), inv("status.loadBalancer.ingress[2].hostname")))
 }
 
-// IngressClass fixtures: concepts.md A.37-A.39.
+// IngressClass examples of the Kubernetes Ingress documentation.
 const ingressClassesYAML = `
 apiVersion: networking.k8s.io/v1
 kind: IngressClass
@@ -334,7 +334,7 @@ func TestValidateIngressClass(t *testing.T) {
 		{"namespace with Cluster scope", func(ic *networkingv1.IngressClass) {
 			ic.Spec.Parameters.Namespace = ptr.To("external-configuration")
 		}, errs(forb("spec.parameters.namespace"))},
-		{"Namespace scope without namespace (ING-28)", func(ic *networkingv1.IngressClass) {
+		{"Namespace scope without namespace", func(ic *networkingv1.IngressClass) {
 			ic.Spec.Parameters.Scope = ptr.To("Namespace")
 		}, errs(req("spec.parameters.namespace"))},
 		{"unknown scope", func(ic *networkingv1.IngressClass) { ic.Spec.Parameters.Scope = ptr.To("Global") },
@@ -355,7 +355,7 @@ func TestValidateIngressClass(t *testing.T) {
 	checkErrs(t, ValidateIngressClassUpdate(upd, old), errs(inv("spec.controller")))
 }
 
-// services-networking.md B.44, B.52 and B.53.
+// NetworkPolicy examples of the Kubernetes documentation.
 const (
 	networkPolicyYAML = `
 apiVersion: networking.k8s.io/v1
@@ -450,13 +450,13 @@ func TestValidateNetworkPolicy(t *testing.T) {
 		want   []string
 	}{
 		{"named port", func(np *networkingv1.NetworkPolicy) { port(np).Port = ptr.To(intstr.FromString("redis")) }, none()},
-		{"endPort below port (NP-29)", func(np *networkingv1.NetworkPolicy) { port(np).EndPort = ptr.To[int32](6000) },
+		{"endPort below port", func(np *networkingv1.NetworkPolicy) { port(np).EndPort = ptr.To[int32](6000) },
 			errs(inv("spec.ingress[0].ports[0].endPort"))},
-		{"endPort with named port (NP-29)", func(np *networkingv1.NetworkPolicy) {
+		{"endPort with named port", func(np *networkingv1.NetworkPolicy) {
 			port(np).Port = ptr.To(intstr.FromString("redis"))
 			port(np).EndPort = ptr.To[int32](7000)
 		}, errs(inv("spec.ingress[0].ports[0].endPort"))},
-		{"endPort without port (NP-29)", func(np *networkingv1.NetworkPolicy) {
+		{"endPort without port", func(np *networkingv1.NetworkPolicy) {
 			port(np).Port = nil
 			port(np).EndPort = ptr.To[int32](7000)
 		}, errs(inv("spec.ingress[0].ports[0].endPort"))},
@@ -495,9 +495,9 @@ func TestValidateNetworkPolicy(t *testing.T) {
 	}
 }
 
-// concepts.md A.27 and services-networking.md B.43.
+// EndpointSlice examples of the Kubernetes documentation.
 const (
-	endpointSliceA27 = `
+	endpointSliceMyService = `
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata:
@@ -516,7 +516,7 @@ endpoints:
   - addresses:
       - "10.1.2.3"
 `
-	endpointSliceB43 = `
+	endpointSliceExampleABC = `
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata:
@@ -540,7 +540,7 @@ endpoints:
 )
 
 func TestValidateEndpointSlice(t *testing.T) {
-	for _, y := range []string{endpointSliceA27, endpointSliceB43} {
+	for _, y := range []string{endpointSliceMyService, endpointSliceExampleABC} {
 		es := fixture[discoveryv1.EndpointSlice](t, y, true)
 		t.Run(es.Name, func(t *testing.T) { checkErrs(t, ValidateEndpointSlice(es), none()) })
 	}
@@ -591,13 +591,13 @@ func TestValidateEndpointSlice(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			es := fixture[discoveryv1.EndpointSlice](t, endpointSliceB43, true)
+			es := fixture[discoveryv1.EndpointSlice](t, endpointSliceExampleABC, true)
 			c.mutate(es)
 			checkErrs(t, ValidateEndpointSlice(es), c.want)
 		})
 	}
 
-	old := fixture[discoveryv1.EndpointSlice](t, endpointSliceA27, true)
+	old := fixture[discoveryv1.EndpointSlice](t, endpointSliceMyService, true)
 	upd := old.DeepCopy()
 	upd.Endpoints = upd.Endpoints[:1]
 	checkErrs(t, ValidateEndpointSliceUpdate(upd, old), none())

@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// fixture decodes a YAML manifest from the spec appendices; namespaced objects without a
-// namespace get "default", as the API server would assign from the request path.
+// fixture decodes a YAML manifest (mostly examples from the Kubernetes documentation);
+// namespaced objects without a namespace get "default", as the API server would assign from the request path.
 func fixture[T any](t *testing.T, manifest string, namespaced bool) *T {
 	t.Helper()
 	obj := new(T)

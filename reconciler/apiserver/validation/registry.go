@@ -1,5 +1,5 @@
 // Package validation holds the per-kind validation of every object the API server stores,
-// written from the requirement lists in shared/spec (Kubernetes' own validation lives in
+// written to match upstream's rules and error messages (Kubernetes' own validation lives in
 // k8s.io/kubernetes, which we do not import).
 package validation
 
@@ -27,7 +27,8 @@ type Options struct {
 	NodePortMin, NodePortMax int32
 }
 
-// DefaultOptions returns the defaults of ARCHITECTURE.md.
+// DefaultOptions returns the site defaults, those of upstream: Service CIDR 10.96.0.0/12 and
+// NodePorts 30000-32767.
 func DefaultOptions() Options {
 	return Options{ServiceCIDR: netip.MustParsePrefix("10.96.0.0/12"), NodePortMin: 30000, NodePortMax: 32767}
 }

@@ -28,7 +28,7 @@ func at(s string) time.Time {
 }
 
 func TestNextDayOfMonthOrDayOfWeek(t *testing.T) {
-	// CJ-04: "0 0 13 * 5" fires every Friday and every 13th.
+	// "0 0 13 * 5" fires every Friday and every 13th: restricted day fields combine with OR.
 	s, err := cronjob.ParseSchedule("0 0 13 * 5", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -63,10 +63,10 @@ func TestOutageExamples(t *testing.T) {
 		wantMissed  int
 		wantLatestT string
 	}{
-		// CJ-10: down 08:29-10:21, no startingDeadlineSeconds: more than 100 missed, no Job.
-		{"CJ-10 no deadline", nil, "2024-05-01T10:21:00Z", false, 101, ""},
-		// CJ-11: startingDeadlineSeconds 200: only the last 200 s count; a Job starts at 10:22.
-		{"CJ-11 deadline 200", ptr.To[int64](200), "2024-05-01T10:22:00Z", true, 4, "2024-05-01T10:22:00Z"},
+		// Down 08:29-10:21, no startingDeadlineSeconds: more than 100 missed, no Job.
+		{"too many missed without a deadline", nil, "2024-05-01T10:21:00Z", false, 101, ""},
+		// startingDeadlineSeconds 200: only the last 200 s count; a Job starts at 10:22.
+		{"deadline 200 s bounds the missed runs", ptr.To[int64](200), "2024-05-01T10:22:00Z", true, 4, "2024-05-01T10:22:00Z"},
 		{"just up", nil, "2024-05-01T08:30:30Z", true, 1, "2024-05-01T08:30:00Z"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,10 +7,10 @@ import (
 )
 
 // MaxMissedStarts is upstream's limit: with more missed start times than this the controller
-// refuses to guess which run to start (concepts.md CJ-08).
+// refuses to guess which run to start.
 const MaxMissedStarts = 100
 
-// TooManyMissedMessage is the exact event message of CJ-08.
+// TooManyMissedMessage is upstream's exact event message for more than MaxMissedStarts.
 const TooManyMissedMessage = "Cannot determine if job needs to be started. Too many missed start time (> 100). Set or decrease .spec.startingDeadlineSeconds or check clock skew."
 
 // maxScan bounds the minutes a schedule search steps through (a little over four years, so

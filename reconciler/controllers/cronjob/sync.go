@@ -37,7 +37,7 @@ const (
 )
 
 // JobName is the deterministic name of the Job for scheduled time t: creating it twice fails,
-// which makes creation idempotent (CJ-02).
+// which makes creation idempotent.
 func JobName(cj *batchv1.CronJob, t time.Time) string {
 	return fmt.Sprintf("%s%s%d", cj.Name, jobNameMinutesSeparator, t.Unix()/60)
 }
@@ -207,7 +207,7 @@ func (c *Controller) schedule(ctx context.Context, cj *batchv1.CronJob, status *
 			return next, nil
 		}
 		if len(running) > 0 {
-			// Skipped runs stay missed: lastScheduleTime does not move (CJ-09).
+			// Skipped runs stay missed: lastScheduleTime does not move.
 			c.recorder.Event(cj, corev1.EventTypeNormal, ReasonJobAlreadyActive, "Not starting job because prior execution is running and concurrency policy is Forbid")
 			return next, nil
 		}
@@ -257,7 +257,7 @@ func (c *Controller) schedule(ctx context.Context, cj *batchv1.CronJob, status *
 }
 
 // Earliest is where the window of due times starts: the last scheduled time (or the
-// CronJob's creation), moved up to now - startingDeadlineSeconds when that is later (CJ-08).
+// CronJob's creation), moved up to now - startingDeadlineSeconds when that is later.
 func Earliest(cj *batchv1.CronJob, now time.Time) time.Time {
 	earliest := cj.CreationTimestamp.Time
 	if cj.Status.LastScheduleTime != nil {

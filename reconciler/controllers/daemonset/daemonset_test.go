@@ -21,8 +21,8 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/internal/controllertest"
 )
 
-// nodeExporterYAML is M6 reduced to what the controller reads: the control-plane toleration
-// (the one user toleration of DS-12) and hostNetwork (the 7th automatic toleration).
+// nodeExporterYAML is a node-exporter DaemonSet reduced to what the controller reads: the control-plane toleration (the one user toleration,
+// which comes first) and hostNetwork (the 7th automatic toleration).
 const nodeExporterYAML = `apiVersion: apps/v1
 kind: DaemonSet
 metadata:
@@ -201,7 +201,8 @@ func TestDaemonSet(t *testing.T) {
 	createNode(t, client, "edge-2", map[string]string{"role": "edge"})
 	all := []string{self, "edge-1", "edge-2"}
 
-	// DS-01..DS-04, DS-07, DS-11, DS-12, DS-27, DS-29, DS-31, DS-32; DS-02 with a 4th node.
+	// One pod per node, pinned by node affinity (never nodeName), with the automatic
+	// tolerations, revision labels, status, kubectl output and events; a 4th node comes and goes.
 	t.Run("one pod per node", func(t *testing.T) {
 		const ns = "ds-basic"
 		controllertest.Namespace(t, client, ns)
@@ -275,7 +276,7 @@ func TestDaemonSet(t *testing.T) {
 			}
 		}
 
-		// DS-02: a new node gets a pod; a removed node loses it.
+		// A new node gets a pod; a removed node loses it.
 		createNode(t, client, "edge-3", nil)
 		waitNodes(t, client, ns, append(all, "edge-3")...)
 		waitStatus(t, client, ns, "node-exporter", status(4, 4, 3, 4, 3, 0))
@@ -288,7 +289,7 @@ func TestDaemonSet(t *testing.T) {
 		}
 	})
 
-	// DS-06: nodeSelector; a node that loses the label loses its pod.
+	// nodeSelector; a node that loses the label loses its pod.
 	t.Run("nodeSelector", func(t *testing.T) {
 		const ns = "ds-selector"
 		controllertest.Namespace(t, client, ns)
@@ -311,7 +312,7 @@ func TestDaemonSet(t *testing.T) {
 		waitNodes(t, client, ns, "edge-1", "edge-2")
 	})
 
-	// DS-05, DS-06: an untolerated NoSchedule taint keeps a node out; a toleration lets it in.
+	// An untolerated NoSchedule taint keeps a node out; a toleration lets it in.
 	t.Run("taints", func(t *testing.T) {
 		const ns = "ds-taints"
 		controllertest.Namespace(t, client, ns)
@@ -330,7 +331,7 @@ func TestDaemonSet(t *testing.T) {
 		}
 	})
 
-	// DS-17, DS-24: maxUnavailable 1 replaces one node's pod at a time.
+	// RollingUpdate with maxUnavailable 1 replaces one node's pod at a time.
 	t.Run("rolling update", func(t *testing.T) {
 		const ns = "ds-rolling"
 		controllertest.Namespace(t, client, ns)
@@ -388,7 +389,7 @@ func TestDaemonSet(t *testing.T) {
 		}
 	})
 
-	// DS-18: maxSurge starts the new pod next to the old one.
+	// maxSurge starts the new pod next to the old one.
 	t.Run("max surge", func(t *testing.T) {
 		const ns = "ds-surge"
 		controllertest.Namespace(t, client, ns)
@@ -426,7 +427,7 @@ func TestDaemonSet(t *testing.T) {
 		waitStatus(t, client, ns, "agent", status(3, 3, 3, 3, 3, 0))
 	})
 
-	// DS-16, DS-26: OnDelete leaves old pods until they are deleted.
+	// OnDelete leaves old pods until they are deleted.
 	t.Run("on delete", func(t *testing.T) {
 		const ns = "ds-ondelete"
 		controllertest.Namespace(t, client, ns)

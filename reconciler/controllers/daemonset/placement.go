@@ -15,13 +15,13 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Labels the controller puts on its pods (DS-32), as upstream.
+// Labels the controller puts on its pods, as upstream.
 const (
 	RevisionHashLabel          = appsv1.ControllerRevisionHashLabelKey // "controller-revision-hash"
 	PodTemplateGenerationLabel = "pod-template-generation"
 )
 
-// Node taint keys the automatic tolerations cover (DS-11).
+// Node taint keys the automatic tolerations of daemon pods cover.
 const (
 	TaintNodeNotReady           = "node.kubernetes.io/not-ready"
 	TaintNodeUnreachable        = "node.kubernetes.io/unreachable"
@@ -32,8 +32,8 @@ const (
 	TaintNodeNetworkUnavailable = "node.kubernetes.io/network-unavailable"
 )
 
-// AddDaemonTolerations adds the automatic tolerations of DS-11 to spec, in the catalogue's
-// order, after the user's own (DS-12). A toleration the user already wrote identically is not
+// AddDaemonTolerations adds the automatic tolerations of daemon pods to spec, in upstream's
+// order, after the user's own. A toleration the user already wrote identically is not
 // repeated; one with the same key, operator, value and effect is replaced in place. None
 // carries tolerationSeconds: a daemon pod stays on a not-ready or unreachable node forever.
 func AddDaemonTolerations(spec *corev1.PodSpec) {
@@ -64,7 +64,7 @@ func addOrUpdateToleration(spec *corev1.PodSpec, t corev1.Toleration) {
 }
 
 // PinToNode makes the pod's required node affinity select exactly the node named nodeName
-// (manifest M7): every nodeSelectorTerm gets the matchFields requirement metadata.name In
+// (as upstream's ReplaceDaemonSetPodNodeNameNodeAffinity): every nodeSelectorTerm gets the matchFields requirement metadata.name In
 // [nodeName] in place of any earlier one, and keeps the user's matchExpressions. The
 // scheduler then binds the pod; the controller never sets spec.nodeName.
 func PinToNode(affinity *corev1.Affinity, nodeName string) *corev1.Affinity {
@@ -144,7 +144,7 @@ func podTemplate(ds *appsv1.DaemonSet, hash string) *corev1.PodTemplateSpec {
 // already there may stay (shouldContinue), as upstream's NodeShouldRunDaemonPod: a node that
 // the template's nodeName, nodeSelector or required node affinity excludes gets neither; an
 // untolerated NoSchedule or NoExecute taint stops new pods, and an existing pod stays unless
-// one of those taints is NoExecute (DS-06, DS-15).
+// one of those taints is NoExecute. A cordoned node still runs its daemon pod.
 func ShouldRun(node *corev1.Node, ds *appsv1.DaemonSet) (shouldRun, shouldContinue bool) {
 	spec := ds.Spec.Template.Spec.DeepCopy()
 	if spec.NodeName != "" && spec.NodeName != node.Name {

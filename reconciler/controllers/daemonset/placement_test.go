@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// DS-11, DS-12, M8: the user's toleration first, then the automatic ones in order, with
+// The user's toleration first, then the automatic ones in order, with
 // their exact effects, operator Exists and no tolerationSeconds.
 func TestAddDaemonTolerations(t *testing.T) {
 	exists := corev1.TolerationOpExists
@@ -40,7 +40,7 @@ func TestAddDaemonTolerations(t *testing.T) {
 	}
 }
 
-// M7 and its [K8S] note: the pin replaces only the metadata.name field requirement.
+// The pin replaces only the metadata.name field requirement and keeps the user's expressions.
 func TestPinToNode(t *testing.T) {
 	pin := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"k8s-node-1"}}
 	got := PinToNode(nil, "k8s-node-1")
@@ -65,7 +65,7 @@ func TestPinToNode(t *testing.T) {
 	}
 }
 
-// DS-05, DS-06, DS-15, DS-30: which nodes run a daemon pod.
+// Which nodes run a daemon pod: selectors, taints, cordon, tolerate-everything.
 func TestShouldRun(t *testing.T) {
 	node := func(lbls map[string]string, taints ...corev1.Taint) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: lbls}, Spec: corev1.NodeSpec{Taints: taints}}
@@ -92,14 +92,14 @@ func TestShouldRun(t *testing.T) {
 			s.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"a"}}}}}}}}
 		}), false, false},
-		{"control-plane taint untolerated (DS-05)", node(nil, cp), ds(nil), false, true},
-		{"control-plane taint tolerated (DS-04)", node(nil, cp), ds(func(s *corev1.PodSpec) {
+		{"control-plane taint untolerated", node(nil, cp), ds(nil), false, true},
+		{"control-plane taint tolerated", node(nil, cp), ds(func(s *corev1.PodSpec) {
 			s.Tolerations = []corev1.Toleration{{Key: cp.Key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 		}), true, true},
-		{"cordoned (DS-15)", node(nil, corev1.Taint{Key: TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}), ds(nil), true, true},
+		{"cordoned", node(nil, corev1.Taint{Key: TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}), ds(nil), true, true},
 		{"not ready", node(nil, corev1.Taint{Key: TaintNodeNotReady, Effect: corev1.TaintEffectNoExecute}), ds(nil), true, true},
 		{"NoExecute untolerated", node(nil, noExec), ds(nil), false, false},
-		{"tolerate everything (DS-30)", node(nil, noExec, cp), ds(func(s *corev1.PodSpec) { s.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}} }), true, true},
+		{"tolerate everything", node(nil, noExec, cp), ds(func(s *corev1.PodSpec) { s.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}} }), true, true},
 		{"PreferNoSchedule ignored", node(nil, corev1.Taint{Key: "x", Effect: corev1.TaintEffectPreferNoSchedule}), ds(nil), true, true},
 		{"template nodeName elsewhere", node(nil), ds(func(s *corev1.PodSpec) { s.NodeName = "n2" }), false, false},
 	} {

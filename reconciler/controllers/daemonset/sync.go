@@ -384,9 +384,9 @@ func updatedPods(pods []*corev1.Pod, hash string) (newPod, oldPod *corev1.Pod, o
 }
 
 // rollingUpdate replaces old pods, as upstream: without surge it deletes old pods while at
-// most maxUnavailable nodes lack an available pod, and manage recreates them (DS-24); with
+// most maxUnavailable nodes lack an available pod, and manage recreates them; with
 // surge it creates up to maxSurge new pods next to available old ones, and deletes an old pod
-// once its replacement is available (DS-18).
+// once its replacement is available.
 func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, byNode map[string][]*corev1.Pod, hash string) error {
 	now := c.now()
 	nodeByName := map[string]*corev1.Node{}

@@ -25,13 +25,14 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/internal"
 )
 
-// ControllerName is the managed-by value of the slices this controller owns (EPS-13).
+// ControllerName is the managed-by value of the slices this controller owns, as upstream;
+// slices with another managed-by value are left alone.
 const ControllerName = "endpointslice-controller.k8s.io"
 
 // Component is the event source of the controller, as upstream.
 const Component = "endpointslice-controller"
 
-// MaxEndpointsPerSlice is the default capacity of one slice (EPS-05).
+// MaxEndpointsPerSlice is the default capacity of one slice, as upstream.
 const MaxEndpointsPerSlice = 100
 
 // Controller is the EndpointSlice and Endpoints controller.
@@ -60,7 +61,7 @@ func New(cctx *controllers.Context) (controllers.Runner, error) {
 func NewController(cctx *controllers.Context) (*Controller, error) {
 	core := cctx.Informers.Core().V1()
 	svcInf, podInf, nodeInf := core.Services(), core.Pods(), core.Nodes()
-	epInf := core.Endpoints() // deprecated upstream, still maintained (SVC-04)
+	epInf := core.Endpoints() // deprecated upstream, still maintained for older clients
 	sliceInf := cctx.Informers.Discovery().V1().EndpointSlices()
 	c := &Controller{
 		client:      cctx.Client,

@@ -14,7 +14,7 @@ import (
 )
 
 // portKey identifies a set of slice ports: endpoints that resolve to the same set share
-// slices (EPS-15).
+// slices.
 type portKey string
 
 // group is the desired content of the slices of one port set.
@@ -58,7 +58,7 @@ func endpointKey(ep *discoveryv1.Endpoint) string {
 }
 
 // selectorless reports whether the controller leaves the Service's endpoints to the user
-// (SVC-11, SVC-13). An empty selector counts as none: a round trip through JSON with
+// (Services without a selector, and ExternalName Services). An empty selector counts as none: a round trip through JSON with
 // omitempty would turn it into nil anyway.
 func selectorless(svc *corev1.Service) bool {
 	return len(svc.Spec.Selector) == 0 || svc.Spec.Type == corev1.ServiceTypeExternalName
@@ -158,7 +158,9 @@ func podRef(pod *corev1.Pod) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 }
 
-// podEndpoint is the slice endpoint of a pod (EPS-08..EPS-12).
+// podEndpoint is the slice endpoint of a pod: serving while the pod is ready, ready only while
+// also not terminating (or always with publishNotReadyAddresses), with its node, its zone and,
+// when the pod has a hostname and its subdomain names the Service, its hostname.
 func podEndpoint(svc *corev1.Service, pod *corev1.Pod, zoneOf func(node string) string) discoveryv1.Endpoint {
 	serving := internal.IsPodReady(pod)
 	terminating := pod.DeletionTimestamp != nil

@@ -14,7 +14,7 @@ import (
 
 const (
 	// SkipMirrorLabel keeps the mirroring controller away from the Endpoints this controller
-	// writes (EPS-20).
+	// writes.
 	SkipMirrorLabel = discoveryv1.LabelSkipMirror
 	// OverCapacityAnnotation marks an Endpoints object cut to MaxEndpointsAddresses, as upstream.
 	OverCapacityAnnotation = corev1.EndpointsOverCapacity
@@ -43,7 +43,7 @@ type epAddr struct {
 	ports []corev1.EndpointPort
 }
 
-// desiredSubsets computes the subsets of the legacy Endpoints (SVC-04): ready pods under
+// desiredSubsets computes the subsets of the legacy Endpoints (still maintained): ready pods under
 // addresses, the others under notReadyAddresses, grouped by the ports they resolve. Unlike
 // slices, terminating pods are left out unless publishNotReadyAddresses. It also reports
 // whether addresses were cut to max.

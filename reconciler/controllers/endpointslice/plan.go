@@ -24,7 +24,7 @@ type plan struct {
 func (p plan) empty() bool { return len(p.create)+len(p.update)+len(p.delete) == 0 }
 
 // sliceLabels are the labels of the Service's slices: the Service's own labels plus the
-// service-name and managed-by labels (EPS-13, EPS-14).
+// service-name and managed-by labels.
 func sliceLabels(svc *corev1.Service) map[string]string {
 	l := make(map[string]string, len(svc.Labels)+3)
 	for k, v := range svc.Labels {
@@ -80,7 +80,7 @@ func isPlaceholder(es *discoveryv1.EndpointSlice, svc *corev1.Service) bool {
 		ownedBy(es, svc) && apiequality.Semantic.DeepEqual(es.Labels, sliceLabels(svc))
 }
 
-// planSlices decides the writes for one Service (EPS-16, EPS-17): existing slices keep the
+// planSlices decides the writes for one Service, as upstream: existing slices keep the
 // endpoints they hold, updated in place; slices that changed are filled up first; what is left
 // goes into the one unchanged slice it fits best, else into new slices of at most max
 // endpoints. Slices left empty are deleted, except one placeholder when nothing remains.

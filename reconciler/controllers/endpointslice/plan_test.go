@@ -223,7 +223,7 @@ func TestPlanSlices(t *testing.T) {
 			create: []int{}, update: []string{}, upSizes: []int{}, delete: []string{},
 		},
 		{
-			// EPS-17: 10 new endpoints, 2 slices with 5 free places each: one new slice.
+			// 10 new endpoints, 2 slices with 5 free places each: one new slice.
 			name: "prefer a new slice over touching two",
 			existing: func() []*discoveryv1.EndpointSlice {
 				s, _ := existingSlices(svc, [2]int{0, 95}, [2]int{95, 190})

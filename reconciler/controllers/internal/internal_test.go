@@ -29,7 +29,7 @@ func pod(name, node string, phase corev1.PodPhase, ready bool, readyFor time.Dur
 	return p
 }
 
-// RS-17 and the upstream additions: which of two pods a scale-down deletes first.
+// Which of two pods a scale-down deletes first, as upstream ranks them.
 func TestDeletionLess(t *testing.T) {
 	h := time.Hour
 	for _, tc := range []struct {

@@ -1,4 +1,4 @@
-// Package nodelifecycle is the node lifecycle controller (spec concepts.md §11): it watches the
+// Package nodelifecycle is the node lifecycle controller: it watches the
 // hosts' heartbeats (Lease renewals in kube-node-lease and the Ready condition), marks a node
 // whose heartbeats stopped for GracePeriod Ready=Unknown, keeps the node.kubernetes.io/*
 // condition and cordon taints in step with the node, and, as taint manager, deletes pods bound
@@ -45,9 +45,9 @@ const podsByNode = "nodelifecycle/nodeName"
 // Config tunes the controller; zero fields take the defaults of DefaultConfig.
 type Config struct {
 	// GracePeriod is how long a node may go without a heartbeat (Lease renewal or Ready
-	// heartbeat) before it is marked Ready=Unknown (40 s, NODE-22).
+	// heartbeat) before it is marked Ready=Unknown (default 40 s).
 	GracePeriod time.Duration
-	// MonitorPeriod is how often node health is checked (5 s, NODE-28).
+	// MonitorPeriod is how often node health is checked (default 5 s).
 	MonitorPeriod time.Duration
 	// EvictionQPS and EvictionBurst limit pod deletions by the taint manager.
 	EvictionQPS   float32

@@ -8,7 +8,7 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Taint keys the controller owns (api-reference.md §9.1).
+// Taint keys the controller owns (the well-known node.kubernetes.io taints).
 const (
 	TaintNotReady           = "node.kubernetes.io/not-ready"
 	TaintUnreachable        = "node.kubernetes.io/unreachable"
@@ -50,7 +50,7 @@ var unknownConditions = []corev1.NodeConditionType{
 	corev1.NodeReady, corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure,
 }
 
-// FullDisruption reports the spec's partition rule (concepts.md NODE-31): when every node is
+// FullDisruption reports upstream's partition rule: when every node is
 // unhealthy the controller suspects its own connectivity and does not evict. A cluster with no
 // nodes is not disrupted.
 func FullDisruption(ready, notReady int) bool {

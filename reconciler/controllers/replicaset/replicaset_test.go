@@ -19,7 +19,7 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/replicaset"
 )
 
-// frontendYAML is fixture A.3 (controllers/frontend.yaml).
+// frontendYAML is controllers/frontend.yaml of the Kubernetes documentation.
 const frontendYAML = `apiVersion: apps/v1
 kind: ReplicaSet
 metadata:
@@ -42,7 +42,7 @@ spec:
         image: gcr.io/google_samples/gb-frontend:v3
 `
 
-// podRSYAML is fixture A.4 (pods/pod-rs.yaml).
+// podRSYAML is pods/pod-rs.yaml of the Kubernetes documentation.
 const podRSYAML = `apiVersion: v1
 kind: Pod
 metadata:
@@ -119,7 +119,7 @@ func TestReplicaSet(t *testing.T) {
 	a, client := controllertest.Start(t, replicaset.New)
 	ctx := context.Background()
 
-	// AC-RS-1, AC-RS-5, AC-RS-2: frontend.yaml makes 3 pods; a deleted pod is replaced; a
+	// frontend.yaml makes 3 pods; a deleted pod is replaced; a
 	// relabelled pod is released and replaced; bare matching pods are adopted and the
 	// surplus deleted.
 	t.Run("frontend", func(t *testing.T) {
@@ -196,7 +196,7 @@ func TestReplicaSet(t *testing.T) {
 			}
 		}
 
-		// AC-RS-2: bare matching pods are adopted and, being surplus, deleted.
+		// Bare matching pods are adopted and, being surplus, deleted.
 		a.MustKubectl(podRSYAML, "apply", "-n", ns, "-f", "-")
 		controllertest.Eventually(t, 30*time.Second, "pod1 and pod2 gone", func() (bool, error) {
 			pods, err := controllertest.ActivePods(client, ns)
@@ -221,7 +221,7 @@ func TestReplicaSet(t *testing.T) {
 		}
 	})
 
-	// AC-RS-3: pods first, then the ReplicaSet: both adopted, exactly one pod created.
+	// Pods first, then the ReplicaSet: both adopted, exactly one pod created.
 	t.Run("adopt-existing", func(t *testing.T) {
 		const ns = "rs-adopt"
 		controllertest.Namespace(t, client, ns)
@@ -239,7 +239,7 @@ func TestReplicaSet(t *testing.T) {
 		if !names["pod1"] || !names["pod2"] {
 			t.Errorf("owned pods %v, want pod1 and pod2 among them", names)
 		}
-		// The adopted pods keep their own spec (RS-07).
+		// The adopted pods keep their own spec.
 		p1, _ := client.CoreV1().Pods(ns).Get(ctx, "pod1", metav1.GetOptions{})
 		if p1.Spec.Containers[0].Image != "gcr.io/google-samples/hello-app:2.0" {
 			t.Errorf("pod1 image changed to %s", p1.Spec.Containers[0].Image)
@@ -256,7 +256,7 @@ func TestReplicaSet(t *testing.T) {
 		}
 	})
 
-	// RS-17: scale-down deletes unscheduled, then pending, then not ready, then the pod
+	// Scale-down deletes unscheduled, then pending, then not ready, then the pod
 	// ready for the shortest time, then (same readiness) more restarts, then the newest.
 	t.Run("scale-down-order", func(t *testing.T) {
 		const ns = "rs-scaledown"

@@ -13,7 +13,7 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/serviceaccount"
 )
 
-// AC-NS-1 (second half): every namespace gets ServiceAccount default, the existing ones
+// Every namespace gets ServiceAccount default, the existing ones
 // included, and a deleted default comes back.
 func TestDefaultServiceAccount(t *testing.T) {
 	a, client := controllertest.Start(t, serviceaccount.New)

@@ -1,7 +1,7 @@
 // Package servicelb gives LoadBalancer Services their address on this appliance: there is no
 // cloud load balancer, so status.loadBalancer.ingress lists the addresses of the site's Ready
-// hosts, each of which serves the Service's ports through the proxy (documented choice of
-// issue "Controllers II").
+// hosts, each of which serves the Service's ports through the proxy (a documented choice: the
+// appliance is its own load balancer).
 package servicelb
 
 import (

@@ -43,7 +43,7 @@ func TestParentAndOrdinal(t *testing.T) {
 	}
 }
 
-// SS-ID-01..11, SS-PVC-01.
+// A new pod gets its stable name, hostname, subdomain, identity labels and claim volumes.
 func TestNewPod(t *testing.T) {
 	set := testSet()
 	p := newPod(set, 1, "web-abc")
@@ -99,7 +99,8 @@ func TestClaimOwners(t *testing.T) {
 	}
 }
 
-// SS-UPD-02, -05, -08, -12, -16.
+// A rolling update replaces the highest ordinal first, honours the partition, waits for
+// unavailable pods and replaces at most maxUnavailable at once.
 func TestRollingVictims(t *testing.T) {
 	pods := func(revs ...string) []*corev1.Pod {
 		var out []*corev1.Pod
@@ -156,7 +157,7 @@ func TestMaxUnavailableAndPartition(t *testing.T) {
 	}
 }
 
-// SS-REV-06, SS-REV-12: equal templates give equal revisions; the data is a $patch: replace
+// Equal templates give equal revisions; the data is a $patch: replace
 // patch that gives the template back.
 func TestRevisions(t *testing.T) {
 	set := testSet()

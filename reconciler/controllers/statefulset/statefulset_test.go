@@ -22,7 +22,8 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/statefulset"
 )
 
-// webYAML is M1 (web.yaml) of the spec with M2's volumeClaimTemplates, the claim named www.
+// webYAML is the web example: a headless Service web and a StatefulSet web of three replicas
+// with volumeClaimTemplates, the claim named www.
 const webYAML = `apiVersion: v1
 kind: Service
 metadata:
@@ -169,7 +170,8 @@ func TestStatefulSet(t *testing.T) {
 	a, client := controllertest.Start(t, statefulset.New, gc)
 	ctx := context.Background()
 
-	// SS-ID-*, SS-PVC-01..03, SS-ORD-01..05, SS-ID-04/05, SS-UPD-05..11, SS-REV-*.
+	// Stable identities and claims, ordered start and scale-down, a pod that comes back with its
+	// claim, partitioned rolling updates and revision history.
 	t.Run("web", func(t *testing.T) {
 		const ns = "sts-web"
 		controllertest.Namespace(t, client, ns)
@@ -310,7 +312,7 @@ func TestStatefulSet(t *testing.T) {
 		}
 	})
 
-	// SS-ORD-07, SS-ID-03: Parallel with ordinals from 1 creates every pod at once.
+	// Parallel with ordinals from 1 creates every pod at once.
 	t.Run("parallel", func(t *testing.T) {
 		const ns = "sts-parallel"
 		controllertest.Namespace(t, client, ns)
@@ -326,7 +328,7 @@ func TestStatefulSet(t *testing.T) {
 		waitPods(t, client, ns)
 	})
 
-	// SS-UPD-17: OnDelete leaves pods alone until someone deletes them.
+	// OnDelete leaves pods alone until someone deletes them.
 	t.Run("ondelete", func(t *testing.T) {
 		const ns = "sts-ondelete"
 		controllertest.Namespace(t, client, ns)
@@ -361,7 +363,7 @@ func TestStatefulSet(t *testing.T) {
 		})
 	})
 
-	// SS-RET-04..06: Delete/Delete owns claims by the set, then by the condemned pod.
+	// Retention Delete/Delete owns claims by the set, then by the condemned pod.
 	t.Run("retention", func(t *testing.T) {
 		const ns = "sts-retention"
 		controllertest.Namespace(t, client, ns)
@@ -406,7 +408,8 @@ type podVersion struct {
 	rev string
 }
 
-// checkIdentity asserts SS-ID-06..11 and SS-PVC-01 on the pod of ordinal i.
+// checkIdentity asserts the identity of the pod of ordinal i: labels, revision hash, hostname,
+// subdomain, owner and its claim.
 func checkIdentity(t *testing.T, client kubernetes.Interface, set *appsv1.StatefulSet, pod *corev1.Pod, i int) {
 	t.Helper()
 	want := map[string]string{"app": "web", statefulset.PodNameLabel: pod.Name, statefulset.PodIndexLabel: fmt.Sprint(i)}

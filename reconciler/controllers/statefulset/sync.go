@@ -668,7 +668,7 @@ func (c *Controller) syncClaimOwners(ctx context.Context, set *appsv1.StatefulSe
 	return nil
 }
 
-// claimOwners returns the ownerReferences a claim of pod should have (SS-RET-09): the set
+// claimOwners returns the ownerReferences a claim of pod should have, as upstream: the set
 // when whenDeleted is Delete, except that a condemned pod's claim under whenScaled Delete is
 // owned by the pod alone. References to anything else are kept.
 func claimOwners(claim *corev1.PersistentVolumeClaim, set *appsv1.StatefulSet, pod *corev1.Pod, condemned bool) []metav1.OwnerReference {

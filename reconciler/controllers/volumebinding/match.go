@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 )
 
-// Annotations and names of the binding protocol, as upstream (api-reference §9.6).
+// Annotations and names of the binding protocol, as upstream's PV controller and volume binder.
 const (
 	AnnBindCompleted     = "pv.kubernetes.io/bind-completed"
 	AnnBoundByController = "pv.kubernetes.io/bound-by-controller"

@@ -1,4 +1,4 @@
-package main
+package host
 
 import (
 	"context"
@@ -22,9 +22,18 @@ import (
 // runs this loop; they all compute the same slice from the same Nodes.
 func runKubernetesService(ctx context.Context, client kubernetes.Interface, clusterIP net.IP, apiPort int32) {
 	log := logrus.WithField("service", "default/kubernetes")
+	failures := 0
 	for {
 		if err := syncKubernetesService(ctx, client, clusterIP, apiPort); err != nil && ctx.Err() == nil {
-			log.WithError(err).Debug("sync")
+			// One failure is a race with another host; several in a row leave pods unable to
+			// find the API, which someone must look at.
+			if failures++; failures == 3 {
+				log.WithError(err).Warn("cannot keep Service default/kubernetes and its EndpointSlice up to date")
+			} else {
+				log.WithError(err).Debug("sync")
+			}
+		} else {
+			failures = 0
 		}
 		select {
 		case <-ctx.Done():
@@ -69,7 +78,7 @@ func syncKubernetesService(ctx context.Context, client kubernetes.Interface, clu
 	sort.Strings(ips)
 	want := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: metav1.NamespaceDefault, Labels: map[string]string{
-			discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: "flotilla.dev/apiserver"}},
+			discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: "apiserver.flotilla.dev"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(apiPort), Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}

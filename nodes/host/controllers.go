@@ -1,10 +1,9 @@
-package main
+package host
 
 import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/flotilla-dev/flotilla/gitsync"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
@@ -26,19 +25,9 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/scheduler"
 )
 
-// controllerSettings are the agent flags the controllers need.
-type controllerSettings struct {
-	// DataDir holds gitsync's clones.
-	DataDir string
-	// ClusterCIDR is split into the hosts' pod CIDRs.
-	ClusterCIDR string
-	// NodeGrace is how long a host may miss heartbeats before its Node goes Ready=Unknown.
-	NodeGrace time.Duration
-}
-
-// controllerList is every controller the leader runs.
-func controllerList(cs controllerSettings) []controllers.Named {
-	dataDir, clusterCIDR := cs.DataDir, cs.ClusterCIDR
+// controllerList is every controller the leader runs, configured from cfg.
+func controllerList(cfg Config) []controllers.Named {
+	dataDir, clusterCIDR := cfg.DataDir, cfg.ClusterCIDR
 	return []controllers.Named{
 		{Name: "gitsync", New: func(c *controllers.Context) (controllers.Runner, error) {
 			return gitsync.NewWithConfig(c, gitsync.Config{CacheDir: filepath.Join(dataDir, "git")})
@@ -56,11 +45,11 @@ func controllerList(cs controllerSettings) []controllers.Named {
 		{Name: "garbagecollector", New: func(c *controllers.Context) (controllers.Runner, error) { return garbagecollector.New(c) }, Workers: 3},
 		{Name: "endpointslice", New: endpointslice.New, Workers: 3},
 		{Name: "nodelifecycle", New: func(c *controllers.Context) (controllers.Runner, error) {
-			cfg := nodelifecycle.DefaultConfig()
-			if cs.NodeGrace > 0 {
-				cfg.GracePeriod = cs.NodeGrace
+			nc := nodelifecycle.DefaultConfig()
+			if cfg.NodeMonitorGracePeriod > 0 {
+				nc.GracePeriod = cfg.NodeMonitorGracePeriod
 			}
-			return nodelifecycle.NewWithConfig(c, cfg)
+			return nodelifecycle.NewWithConfig(c, nc)
 		}, Workers: 1},
 		{Name: "scheduler", New: func(c *controllers.Context) (controllers.Runner, error) {
 			return scheduler.New(c, scheduler.Options{})
@@ -72,9 +61,10 @@ func controllerList(cs controllerSettings) []controllers.Named {
 	}
 }
 
-// selectControllers returns the controllers named by --controllers.
-func selectControllers(spec string, cs controllerSettings) ([]controllers.Named, error) {
-	all := controllerList(cs)
+// SelectControllers returns the controllers named by spec (--controllers): "*" for all, a
+// comma list of names, or empty for none.
+func SelectControllers(spec string, cfg Config) ([]controllers.Named, error) {
+	all := controllerList(cfg)
 	spec = strings.TrimSpace(spec)
 	if spec == "*" {
 		return all, nil

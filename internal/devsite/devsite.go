@@ -1,9 +1,16 @@
-// Package harness builds a site of flotilla hosts on one machine: each host is a network
-// namespace on a private bridge that has no route off the machine, running `bin/flotilla
-// agent` (started with `nsenter --net`, see ARCHITECTURE.md). Tests and `make demo` use it.
-// Everything it creates (namespaces, links, routes, processes) is removed by Close, also
-// when a test fails.
-package harness
+// Package devsite builds a site of flotilla hosts on one machine: each host is a network
+// namespace on a private bridge that has no route off the machine, running `flotilla agent`.
+// `flotilla dev` (and so `make demo`) and the multi-host tests in test/e2e use it.
+//
+// Agents are started with `nsenter --net=/run/netns/<host>`, not `ip netns exec`: nsenter
+// changes only the network namespace, whereas `ip netns exec` also gives the process a mount
+// namespace of its own. The agent's mounts (the bind mounts that pin its pods' network
+// namespaces, containerd's mounts) must stay in the machine's mount namespace, where a
+// restarted agent and `flotilla reset` find them.
+//
+// Everything a site creates (namespaces, links, routes, processes, containers) is removed by
+// Close; Save and Load let another process (`flotilla dev down`) find the site again.
+package devsite
 
 import (
 	"bytes"
@@ -23,9 +30,9 @@ import (
 	"time"
 )
 
-// Blackholed are the pod and service ranges: while a site runs, the root namespace drops them
+// blackholed are the pod and service ranges: while a site runs, the root namespace drops them
 // so a missing rule can never send such packets off the machine.
-var Blackholed = []string{"10.244.0.0/16", "10.96.0.0/12"}
+var blackholed = []string{"10.244.0.0/16", "10.96.0.0/12"}
 
 // Options configure a site.
 type Options struct {
@@ -33,12 +40,11 @@ type Options struct {
 	Hosts int
 	// Dir holds the hosts' data directories and logs.
 	Dir string
-	// Bin is bin/flotilla; Kubectl is bin/kubectl.
+	// Bin is the flotilla binary the hosts run (agent) and Close runs (reset); Kubectl is
+	// the kubectl binary Host.Kubectl runs.
 	Bin, Kubectl string
-	// Logf receives progress lines (t.Logf or fmt.Printf).
-	Logf func(format string, args ...any)
-	// Detach starts agents in their own session so they outlive this process (the demo);
-	// otherwise they die with it.
+	// Detach starts agents in their own session so they outlive this process (`flotilla dev
+	// up`); otherwise they die with it.
 	Detach bool
 }
 
@@ -71,14 +77,15 @@ type Host struct {
 	pid int
 }
 
-// Preflight reports what the machine lacks for a site (root, iproute2, nsenter).
+// Preflight reports what the machine lacks for a site: root, ip (iproute2), nsenter
+// (util-linux).
 func Preflight() error {
 	if os.Geteuid() != 0 {
-		return errors.New("needs root (network namespaces)")
+		return errors.New("creating network namespaces needs root: run as root (e.g. with sudo)")
 	}
-	for _, c := range []string{"ip", "nsenter"} {
-		if _, err := exec.LookPath(c); err != nil {
-			return fmt.Errorf("needs %s (Debian packages iproute2, util-linux)", c)
+	for _, c := range []struct{ cmd, pkg string }{{"ip", "iproute2"}, {"nsenter", "util-linux"}} {
+		if _, err := exec.LookPath(c.cmd); err != nil {
+			return fmt.Errorf("%s is not on PATH: install %s (Debian package %s)", c.cmd, c.pkg, c.pkg)
 		}
 	}
 	return nil
@@ -89,8 +96,11 @@ func New(opts Options) (*Site, error) {
 	if err := Preflight(); err != nil {
 		return nil, err
 	}
-	if opts.Logf == nil {
-		opts.Logf = func(string, ...any) {}
+	if opts.Hosts < 1 {
+		return nil, fmt.Errorf("a site needs at least 1 host, got Options.Hosts=%d", opts.Hosts)
+	}
+	if opts.Bin == "" || opts.Dir == "" {
+		return nil, errors.New("set both the flotilla binary (Options.Bin) and the data directory (Options.Dir)")
 	}
 	id := randHex(2)
 	n, _ := rand.Int(rand.Reader, big.NewInt(200))
@@ -107,15 +117,15 @@ func (s *Site) setup() error {
 	if err := run("ip", "link", "add", s.bridge, "type", "bridge"); err != nil {
 		return err
 	}
-	// The root namespace gets .254 so tests can reach the hosts; the hosts have no default
-	// route, so nothing they send can leave the machine.
+	// The root namespace gets .254 so this machine (kubectl, a browser, the tests) can reach
+	// the hosts; the hosts have no default route, so nothing they send can leave the machine.
 	if err := run("ip", "addr", "add", s.subnet+".254/24", "dev", s.bridge); err != nil {
 		return err
 	}
 	if err := run("ip", "link", "set", s.bridge, "up"); err != nil {
 		return err
 	}
-	for _, cidr := range Blackholed {
+	for _, cidr := range blackholed {
 		if err := run("ip", "route", "add", "blackhole", cidr); err == nil {
 			s.routes = append(s.routes, cidr)
 		}
@@ -157,8 +167,10 @@ func (s *Site) Close() {
 	for _, h := range s.Hosts {
 		// Containers outlive their agent on purpose (edge autonomy); remove them, their
 		// containerd and their mounts before the namespace goes.
-		if out, err := exec.Command(s.opts.Bin, "reset", "--data-dir", h.DataDir, "--name", h.Name).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "harness: reset %s: %v\n%s", h.Name, err, out)
+		if s.opts.Bin == "" {
+			fmt.Fprintf(os.Stderr, "devsite: %s: containers not removed, no flotilla binary (Options.Bin) to run reset with; run `flotilla reset --data-dir %s --name %s`\n", h.Name, h.DataDir, h.Name)
+		} else if out, err := exec.Command(s.opts.Bin, "reset", "--data-dir", h.DataDir, "--name", h.Name).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "devsite: %s reset --data-dir %s --name %s: %v\n%s", s.opts.Bin, h.DataDir, h.Name, err, out)
 		}
 		_ = run("ip", "netns", "del", h.NetNS)
 		// Deleting the namespace normally takes the veth pair with it; a namespace still
@@ -210,7 +222,7 @@ func (h *Host) startWith(args []string) error {
 		select {
 		case <-h.exited:
 		default:
-			return fmt.Errorf("%s is already running", h.Name)
+			return fmt.Errorf("%s is already running (pid %d): stop it before starting it again", h.Name, h.pid)
 		}
 	}
 	logf, err := os.OpenFile(h.LogFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -300,7 +312,7 @@ func (h *Host) Stop(timeout time.Duration) error {
 	}
 }
 
-// Partition cuts the host off from every other host (not from the test, which talks to it
+// Partition cuts the host off from every other host (not from the machine, which talks to it
 // through the bridge address .254). Heal undoes it.
 func (h *Host) Partition() error {
 	for _, o := range h.site.Hosts {
@@ -365,6 +377,9 @@ func (h *Host) WaitReady(ctx context.Context) error {
 
 // Kubectl runs the real kubectl against the host's API.
 func (h *Host) Kubectl(ctx context.Context, stdin string, args ...string) (string, error) {
+	if h.site.opts.Kubectl == "" {
+		return "", errors.New("no kubectl binary: set Options.Kubectl")
+	}
 	cmd := exec.CommandContext(ctx, h.site.opts.Kubectl, append([]string{"--kubeconfig", h.Kubeconfig(), "--request-timeout=15s"}, args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -475,14 +490,11 @@ func (s *Site) Save(path string) error {
 func Load(path string, opts Options) (*Site, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, err // errors.Is(err, os.ErrNotExist): no site was saved there
 	}
 	var st siteState
 	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if opts.Logf == nil {
-		opts.Logf = func(string, ...any) {}
+		return nil, fmt.Errorf("site state %s is unreadable (%w): remove the site by hand (namespaces fl*-h* in `ip netns list`, bridge fl*br and veths fl*v* in `ip link`), then delete the file", path, err)
 	}
 	s := &Site{opts: opts, prefix: st.Prefix, subnet: st.Subnet, bridge: st.Bridge, routes: st.Routes}
 	for _, hs := range st.Hosts {

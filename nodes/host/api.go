@@ -1,0 +1,177 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/flotilla-dev/flotilla/gitsync"
+	"github.com/flotilla-dev/flotilla/internal/logging"
+	"github.com/flotilla-dev/flotilla/nodes/membership"
+	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers"
+	"github.com/flotilla-dev/flotilla/reconciler/etcd"
+)
+
+// startAPI serves the Kubernetes API (with the join endpoint and git push webhooks in front
+// of authentication, as they authenticate themselves), waits until it is ready, writes the
+// admin kubeconfig and publishes the host's URLs in gossip.
+func (h *Host) startAPI() error {
+	c := h.cfg
+	joinServer := &etcd.JoinServer{CA: h.ca, Token: h.token, AdminToken: h.adminToken, Client: h.etcdClient, Voters: c.EtcdVoters}
+	gitHook := gitsync.NewWebhook()
+	// The storage's etcd clients retry through every blip of a member; their warnings are
+	// noise, their errors are not.
+	apiserver.SetStorageEtcdClientLogger(logging.ZapAtLeast("etcd-client", logrus.ErrorLevel))
+	server, err := apiserver.New(apiserver.Config{
+		BindAddress:      h.listen,
+		Port:             c.APIPort,
+		AdvertiseAddress: h.advertise,
+		ServingCertFile:  h.certs.apiCert, ServingKeyFile: h.certs.apiKey,
+		Etcd: apiserver.EtcdClientConfig{
+			Servers: h.etcdClient.Endpoints(), CAFile: h.ca.CertFile(), CertFile: h.certs.etcdClientCert, KeyFile: h.certs.etcdClientKey,
+		},
+		Tokens: map[string]*user.DefaultInfo{
+			h.adminToken: {Name: "admin", UID: "admin", Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}},
+		},
+		Validation:               h.vopts,
+		DefaultTolerationSeconds: c.DefaultTolerationSeconds,
+		Unauthenticated:          map[string]http.Handler{etcd.CACertsPath: joinServer, etcd.JoinPath: joinServer, gitsync.WebhookPathPrefix: gitHook},
+		Nodes:                    apiserver.NodeConnection{CAFile: h.ca.CertFile(), Token: h.adminToken},
+	})
+	if err != nil {
+		return err
+	}
+	h.server = server
+	start := time.Now()
+	go func() {
+		h.apiErr = server.Run(h.runCtx)
+		close(h.apiStopped)
+	}()
+	if h.client, err = kubernetes.NewForConfig(server.Loopback); err != nil {
+		return err
+	}
+	if err := h.waitReady(); err != nil {
+		return err
+	}
+	if err := gitHook.SetConfig(server.Loopback); err != nil {
+		return err
+	}
+	if err := writeKubeconfig(h.Kubeconfig(), h.apiURL, h.ca.CertPEM, h.adminToken); err != nil {
+		return err
+	}
+	h.meta = membership.Meta{Roles: []string{"host"}, APIURL: h.apiURL, LabelsHash: labelsHash(c.NodeLabels)}
+	if h.state.Member {
+		h.meta.Roles = append(h.meta.Roles, "etcd")
+		h.meta.EtcdClientURL, h.meta.EtcdPeerURL = h.clientURL.String(), h.peerURL.String()
+	}
+	if err := h.gossip.UpdateMeta(h.meta); err != nil {
+		h.log.WithError(err).Warn("publish gossip metadata")
+	}
+	h.log.WithFields(logrus.Fields{"kubeconfig": h.Kubeconfig(), "startup": time.Since(start).Round(time.Millisecond)}).Info("API ready")
+
+	// No subsystem reads managedFields from its cache: dropping them halves what some
+	// objects cost to hold (an update that omits them keeps the stored ones).
+	h.informers = informers.NewSharedInformerFactoryWithOptions(h.client, 0, informers.WithTransform(dropManagedFields))
+	h.podInformers = informers.NewSharedInformerFactoryWithOptions(h.client, 0, informers.WithTransform(dropManagedFields),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", c.Name).String()
+		}))
+	return nil
+}
+
+func dropManagedFields(obj any) (any, error) {
+	if o, ok := obj.(metav1.Object); ok {
+		o.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// waitReady polls /readyz until the API server answers ok.
+func (h *Host) waitReady() error {
+	return wait.PollUntilContextTimeout(h.runCtx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-h.apiStopped:
+			return false, fmt.Errorf("API server stopped before it was ready: %w", h.apiErr)
+		default:
+		}
+		body, err := h.client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil && string(body) == "ok", nil
+	})
+}
+
+// startSite runs what every host keeps up for the site: the `kubernetes` Service, the etcd
+// membership, and the GitSource of --git-url.
+func (h *Host) startSite() error {
+	go runKubernetesService(h.runCtx, h.client, firstIP(h.vopts.ServiceCIDR), int32(h.cfg.APIPort))
+	h.runEtcdMembership()
+	if h.cfg.GitURL == "" {
+		return nil
+	}
+	dyn, err := dynamic.NewForConfig(h.server.Loopback)
+	if err != nil {
+		return fmt.Errorf("git source client: %w", err)
+	}
+	go func() {
+		c := h.cfg
+		_ = wait.PollUntilContextCancel(h.runCtx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
+			if err := gitsync.EnsureRootSource(ctx, dyn, c.GitURL, c.GitRef, c.GitPath); err != nil {
+				h.log.WithError(err).Warn("record GitSource kube-system/root")
+				return false, nil
+			}
+			h.log.WithFields(logrus.Fields{"url": c.GitURL, "ref": c.GitRef, "path": c.GitPath}).Info("GitSource kube-system/root recorded")
+			return true, nil
+		})
+	}()
+	return nil
+}
+
+// startControllers runs the controllers while this host holds their Lease. The scheduler
+// holds a Lease of its own, so it can move independently of the controllers.
+func (h *Host) startControllers() error {
+	enabled, err := SelectControllers(h.cfg.Controllers, h.cfg)
+	if err != nil {
+		return err
+	}
+	groups := map[string][]controllers.Named{}
+	for _, c := range enabled {
+		lease := "flotilla-controllers"
+		if c.Name == "scheduler" {
+			lease = "flotilla-scheduler"
+		}
+		groups[lease] = append(groups[lease], c)
+		if c.Name == "gitsync" {
+			// While another host leads, keep gitsync's clones warm for the day this one does.
+			go func() {
+				_ = gitsync.RunWarm(h.runCtx, h.server.Loopback, gitsync.WarmConfig{CacheDir: filepath.Join(h.dataDir, "git"), Identity: h.cfg.Name, Lease: "flotilla-controllers"})
+			}()
+		}
+	}
+	for lease, list := range groups {
+		go func() {
+			_ = controllers.RunWhileLeader(h.runCtx, h.server.Loopback, lease, h.cfg.Name, controllers.LeaderConfig{},
+				func(ctx context.Context) {
+					if err := controllers.RunControllers(ctx, h.server.Loopback, list, func(c *controllers.Context) {
+						c.HostDeadSince = func(name string) (time.Time, bool) {
+							since, dead := h.dead.Since()[name]
+							return since, dead
+						}
+					}); err != nil {
+						h.log.WithError(err).WithField("lease", lease).Error("controllers")
+					}
+				})
+		}()
+	}
+	return nil
+}

@@ -1,0 +1,46 @@
+package host
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestConfigCompleteBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*Config)
+		want   string
+	}{
+		{"no data dir", func(c *Config) { c.DataDir = "" }, "--data-dir is required"},
+		{"bad listen address", func(c *Config) { c.ListenAddress = "localhost" }, "--listen-address"},
+		{"port out of range", func(c *Config) { c.GossipPort = 70000 }, "--gossip-port 70000"},
+		{"even voters", func(c *Config) { c.EtcdVoters = 2 }, "use 1, 3 or 5"},
+		{"join without token", func(c *Config) { c.Join = []string{"10.0.0.1:7946"} }, "--join needs --token-file"},
+		{"overlapping ranges", func(c *Config) { c.ClusterCIDR = "10.96.0.0/16" }, "overlaps --service-cidr"},
+		{"dns outside services", func(c *Config) { c.ClusterDNS = "10.244.0.10" }, "inside --service-cidr"},
+		{"unknown proxy mode", func(c *Config) { c.ProxyMode = "iptables" }, "use auto, ipvs or nftables"},
+		{"unknown controller", func(c *Config) { c.Controllers = "deployment,hpa" }, `unknown controller "hpa"`},
+		{"bad node port range", func(c *Config) { c.NodePortRange = "32767-30000" }, "--node-port-range"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.DataDir, c.Name = t.TempDir(), "host-1"
+			tc.change(&c)
+			if _, err := c.Complete(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Complete() = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestConfigCompleteDefaults(t *testing.T) {
+	c := DefaultConfig()
+	c.DataDir, c.Name = t.TempDir(), "host-1"
+	vopts, err := c.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.AdvertiseAddress == "" || vopts.ServiceCIDR.String() != "10.96.0.0/12" || vopts.NodePortMin != 30000 || vopts.NodePortMax != 32767 {
+		t.Fatalf("completed config: advertise %q, options %+v", c.AdvertiseAddress, vopts)
+	}
+}
