@@ -16,7 +16,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/cronjob"
-	"github.com/flotilla-dev/flotilla/reconciler/controllers/internal/controllertest"
+	"github.com/flotilla-dev/flotilla/test/controllertest"
 )
 
 func at(s string) time.Time {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/daemonset"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/internal"
-	"github.com/flotilla-dev/flotilla/reconciler/controllers/internal/controllertest"
+	"github.com/flotilla-dev/flotilla/test/controllertest"
 )
 
 // nodeExporterYAML is a node-exporter DaemonSet reduced to what the controller reads: the control-plane toleration (the one user toleration,

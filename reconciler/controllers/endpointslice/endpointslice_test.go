@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/flotilla-dev/flotilla/reconciler/controllers/internal/controllertest"
+	"github.com/flotilla-dev/flotilla/test/controllertest"
 )
 
 type cluster struct {

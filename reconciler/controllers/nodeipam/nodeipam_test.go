@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
-	"github.com/flotilla-dev/flotilla/reconciler/controllers/internal/controllertest"
+	"github.com/flotilla-dev/flotilla/test/controllertest"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/nodeipam"
 	"github.com/flotilla-dev/flotilla/test/framework"
 )

@@ -9,7 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/flotilla-dev/flotilla/reconciler/controllers/internal/controllertest"
+	"github.com/flotilla-dev/flotilla/test/controllertest"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/serviceaccount"
 )
 

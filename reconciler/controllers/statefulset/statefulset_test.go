@@ -18,7 +18,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/garbagecollector"
-	"github.com/flotilla-dev/flotilla/reconciler/controllers/internal/controllertest"
+	"github.com/flotilla-dev/flotilla/test/controllertest"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/statefulset"
 )
 

@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
-	"github.com/flotilla-dev/flotilla/reconciler/controllers/internal"
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
 
@@ -131,7 +130,7 @@ func Kubelet(t *testing.T, client kubernetes.Interface, ns string, delay time.Du
 				if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
 					continue
 				}
-				if pod.DeletionTimestamp != nil || internal.IsPodReady(pod) || (filter != nil && !filter(pod)) {
+				if pod.DeletionTimestamp != nil || isPodReady(pod) || (filter != nil && !filter(pod)) {
 					continue
 				}
 				go func() {
@@ -142,7 +141,7 @@ func Kubelet(t *testing.T, client kubernetes.Interface, ns string, delay time.Du
 					}
 					for i := 0; i < 5 && ctx.Err() == nil; i++ {
 						cur, err := client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
-						if err != nil || cur.UID != pod.UID || cur.DeletionTimestamp != nil || internal.IsPodReady(cur) {
+						if err != nil || cur.UID != pod.UID || cur.DeletionTimestamp != nil || isPodReady(cur) {
 							return
 						}
 						if MarkReady(ctx, client, cur, time.Now()) == nil {
@@ -186,4 +185,13 @@ func ActivePods(client kubernetes.Interface, ns string) ([]corev1.Pod, error) {
 		}
 	}
 	return out, nil
+}
+
+func isPodReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
