@@ -127,7 +127,7 @@ func (b *IPVS) applyNft(s *ipvsNftState) error {
 			cat(lookupVIP(sets[ipvsSetReject], false), l4protoIs(protoTCP), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}),
 			cat(lookupVIP(sets[ipvsSetReject], false), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 3 /* port unreachable */}}),
 		}},
-		{"masq-postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource, masqueradeRules(hp)},
+		{"masq-postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource, masqueradeRules(hp, false)},
 	}
 	for _, ch := range chains {
 		prio := ch.prio

@@ -617,7 +617,7 @@ func staticChains() []staticChain {
 		}},
 		{name: chainMasquerading, rules: func(b *batch) [][]expr.Any {
 			hp := b.set(setHairpin)
-			return masqueradeRules(hp)
+			return masqueradeRules(hp, true)
 		}},
 		{name: chainEPCheck, rules: func(b *batch) [][]expr.Any {
 			return [][]expr.Any{
@@ -706,9 +706,22 @@ func oneIn(n int) []expr.Any {
 // masqueradeRules SNAT hairpin traffic (a pod that reached itself through a Service would
 // otherwise answer itself directly and drop the reply) and packets marked for masquerade,
 // clearing the mark. Both dataplanes (nftables and IPVS's companion table) use them.
-func masqueradeRules(hp *nftables.Set) [][]expr.Any {
+//
+// With onlyDNAT the hairpin rule applies only to connections this table DNATed: an endpoint
+// may be a host address (the `kubernetes` Service lists every host's API), and the host's own
+// connections from that address to itself (the API server to its etcd) must keep their source.
+// IPVS rewrites destinations outside conntrack's NAT, so its companion table cannot ask.
+func masqueradeRules(hp *nftables.Set, onlyDNAT bool) [][]expr.Any {
+	hairpin := []expr.Any{loadSaddr(reg1), loadDaddr(reg32), &expr.Lookup{SourceRegister: reg1, SetName: hp.Name, SetID: hp.ID}, &expr.Masq{FullyRandom: true}}
+	if onlyDNAT {
+		hairpin = append([]expr.Any{
+			&expr.Ct{Register: reg1, Key: expr.CtKeySTATUS},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(ctStatusDstNAT), Xor: native32(0)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: native32(0)},
+		}, hairpin...)
+	}
 	return [][]expr.Any{
-		{loadSaddr(reg1), loadDaddr(reg32), &expr.Lookup{SourceRegister: reg1, SetName: hp.Name, SetID: hp.ID}, &expr.Masq{FullyRandom: true}},
+		hairpin,
 		{
 			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
 			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(masqMark), Xor: native32(0)},
@@ -723,3 +736,7 @@ func masqueradeRules(hp *nftables.Set) [][]expr.Any {
 		{&expr.Masq{FullyRandom: true}},
 	}
 }
+
+// ctStatusDstNAT is conntrack's IPS_DST_NAT status bit: the connection's destination was
+// rewritten by NAT (here, a Service's DNAT to an endpoint).
+const ctStatusDstNAT = 1 << 5

@@ -338,8 +338,12 @@ func (c *Controller) observe(node *corev1.Node, now time.Time) bool {
 	wasStale := h.stale
 	h.stale = now.Sub(h.probe) > c.cfg.GracePeriod
 	// Gossip sees a dead host within seconds: do not wait for the whole grace period then.
+	// Unless the host renewed its heartbeat after gossip lost it: after a partition heals,
+	// gossip takes a few seconds to reconnect, and a controller that has just taken over
+	// would otherwise evict the pods of hosts whose heartbeats it can see.
 	if c.hostDeadSince != nil {
-		if since, dead := c.hostDeadSince(node.Name); dead && now.Sub(since) > c.cfg.GossipGrace && since.After(h.probe.Add(-c.cfg.GracePeriod)) {
+		if since, dead := c.hostDeadSince(node.Name); dead && now.Sub(since) > c.cfg.GossipGrace && since.After(h.probe.Add(-c.cfg.GracePeriod)) &&
+			!renew.After(since) && !heartbeat.After(since) {
 			h.stale = true
 		}
 	}
