@@ -16,8 +16,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
-	"github.com/flotilla-dev/flotilla/test/controllertest"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/job"
+	"github.com/flotilla-dev/flotilla/test/controllertest"
 )
 
 func TestBackoffDelay(t *testing.T) {

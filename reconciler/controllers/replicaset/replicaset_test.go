@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/flotilla-dev/flotilla/test/controllertest"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/replicaset"
+	"github.com/flotilla-dev/flotilla/test/controllertest"
 )
 
 // frontendYAML is controllers/frontend.yaml of the Kubernetes documentation.

@@ -9,8 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/flotilla-dev/flotilla/test/controllertest"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/serviceaccount"
+	"github.com/flotilla-dev/flotilla/test/controllertest"
 )
 
 // Every namespace gets ServiceAccount default, the existing ones

@@ -18,8 +18,8 @@ import (
 
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/garbagecollector"
-	"github.com/flotilla-dev/flotilla/test/controllertest"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/statefulset"
+	"github.com/flotilla-dev/flotilla/test/controllertest"
 )
 
 // webYAML is the web example: a headless Service web and a StatefulSet web of three replicas

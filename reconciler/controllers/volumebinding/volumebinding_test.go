@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/flotilla-dev/flotilla/test/controllertest"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumebinding"
+	"github.com/flotilla-dev/flotilla/test/controllertest"
 )
 
 const wait = 30 * time.Second
