@@ -57,10 +57,13 @@ func NewCaches() Caches {
 // and sync functions. Call it before f.Start. On a shared factory whose informers other users
 // started already, the indexes are still added and filled from what the stores hold. The
 // Handler only reads the stores, so they may be shared.
-func InformerCaches(f informers.SharedInformerFactory) (Caches, []cache.InformerSynced, error) {
+//
+// Pods come from podFactory: nothing else on a host watches every Pod of the cluster, so DNS
+// holds them slimmed (SlimObjects) in a factory of its own even when the rest is shared.
+func InformerCaches(f, podFactory informers.SharedInformerFactory) (Caches, []cache.InformerSynced, error) {
 	svc := f.Core().V1().Services().Informer()
 	eps := f.Discovery().V1().EndpointSlices().Informer()
-	pods := f.Core().V1().Pods().Informer()
+	pods := podFactory.Core().V1().Pods().Informer()
 	for _, x := range []struct {
 		name string
 		inf  cache.SharedIndexInformer

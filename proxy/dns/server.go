@@ -54,11 +54,21 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config) error {
 			own.Shutdown()
 		}()
 	}
-	caches, synced, err := InformerCaches(factory)
+	podFactory := factory
+	if cfg.Informers != nil {
+		own := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(SlimObjects))
+		podFactory = own
+		defer func() {
+			cancel()
+			own.Shutdown()
+		}()
+	}
+	caches, synced, err := InformerCaches(factory, podFactory)
 	if err != nil {
 		return err
 	}
 	factory.Start(informerStop)
+	podFactory.Start(ctx.Done())
 	start := time.Now()
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // ctx ended during start-up: a normal stop
