@@ -2,8 +2,6 @@ package devsite
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -48,14 +46,6 @@ func (o *Dev) out() io.Writer {
 		return os.Stdout
 	}
 	return o.Out
-}
-
-func randomHex(n int) (string, error) {
-	buf := make([]byte, n)
-	if _, err := rand.Read(buf); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(buf), nil
 }
 
 func (o *Dev) statePath() string { return filepath.Join(o.Dir, "site.json") }
@@ -378,10 +368,7 @@ func (o *Dev) tokenPath() string { return filepath.Join(o.Dir, "webhook-token") 
 // GitSource gets a webhook secret, and the bare repository a post-receive hook that runs
 // `flotilla dev notify`, which signs and sends the push event as a git server would.
 func (o *Dev) installPushHook(ctx context.Context, cfg *rest.Config, bare string) error {
-	token, err := randomHex(16)
-	if err != nil {
-		return err
-	}
+	token := randHex(16)
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err

@@ -11,8 +11,10 @@ import (
 // (field selector spec.nodeName), resync off. A host makes one and gives it to every user of
 // its own pods (PodConfig.PodInformers), so they share one watch and one cache instead of each
 // holding the pods of the whole cluster or watching them again.
-func NodePodInformerFactory(client kubernetes.Interface, node string) informers.SharedInformerFactory {
-	return informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+// Further options (e.g. a transform) apply as well.
+func NodePodInformerFactory(client kubernetes.Interface, node string, opts ...informers.SharedInformerOption) informers.SharedInformerFactory {
+	opts = append(opts, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
 	}))
+	return informers.NewSharedInformerFactoryWithOptions(client, 0, opts...)
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/dynamic"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/gitsync"
 	"github.com/flotilla-dev/flotilla/internal/logging"
+	"github.com/flotilla-dev/flotilla/nodes/agent"
 	"github.com/flotilla-dev/flotilla/nodes/membership"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
@@ -84,10 +84,7 @@ func (h *Host) startAPI() error {
 	// No subsystem reads managedFields from its cache: dropping them halves what some
 	// objects cost to hold (an update that omits them keeps the stored ones).
 	h.informers = informers.NewSharedInformerFactoryWithOptions(h.client, 0, informers.WithTransform(dropManagedFields))
-	h.podInformers = informers.NewSharedInformerFactoryWithOptions(h.client, 0, informers.WithTransform(dropManagedFields),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", c.Name).String()
-		}))
+	h.podInformers = agent.NodePodInformerFactory(h.client, c.Name, informers.WithTransform(dropManagedFields))
 	return nil
 }
 
