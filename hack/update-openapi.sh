@@ -24,6 +24,7 @@ K8S_PKGS=(
   k8s.io/api/apps/v1
   k8s.io/api/batch/v1
   k8s.io/api/autoscaling/v1
+  k8s.io/api/autoscaling/v2
   k8s.io/api/discovery/v1
   k8s.io/api/networking/v1
   k8s.io/api/coordination/v1
@@ -33,6 +34,10 @@ K8S_PKGS=(
   k8s.io/api/authentication/v1
   k8s.io/api/authorization/v1
   k8s.io/api/storage/v1
+  k8s.io/api/rbac/v1
+  k8s.io/api/scheduling/v1
+  k8s.io/api/node/v1
+  k8s.io/api/certificates/v1
   # Not served, but batch/v1 JobSchedulingConfiguration refers to its types.
   k8s.io/api/scheduling/v1alpha3
   k8s.io/apimachinery/pkg/apis/meta/v1

@@ -12,15 +12,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/admission"
-	"k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
 	"k8s.io/apiserver/pkg/authentication/token/tokenfile"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -154,16 +150,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("loopback client: %w", err)
 	}
 	informerFactory := informers.NewSharedInformerFactory(client, 10*time.Minute)
-	nsLifecycle, err := lifecycle.NewLifecycle(sets.New(SystemNamespaces...))
+	plugins, err := admissionPlugins(informerFactory, client)
 	if err != nil {
 		return nil, err
 	}
-	nsLifecycle.SetExternalKubeClientSet(client)
-	nsLifecycle.SetExternalKubeInformerFactory(informerFactory)
-	if err := nsLifecycle.ValidateInitialization(); err != nil {
-		return nil, fmt.Errorf("namespace lifecycle admission: %w", err)
-	}
-	gc.AdmissionControl = admission.NewChainHandler(nsLifecycle, newNodeFeatureValidator(informerFactory))
+	gc.AdmissionControl = admission.NewChainHandler(plugins...)
 
 	completed := gc.Complete(informerFactory)
 	generic, err := completed.New("flotilla-apiserver", genericapiserver.NewEmptyDelegate())
@@ -178,8 +169,8 @@ func New(cfg Config) (*Server, error) {
 		informerFactory.Start(hc.Done())
 		return nil
 	})
-	generic.AddPostStartHookOrDie("flotilla-system-namespaces", func(hc genericapiserver.PostStartHookContext) error {
-		return ensureNamespaces(hc, client)
+	generic.AddPostStartHookOrDie("flotilla-bootstrap-objects", func(hc genericapiserver.PostStartHookContext) error {
+		return ensureBootstrapObjects(hc, client)
 	})
 	return s, nil
 }
@@ -190,19 +181,6 @@ func (s *Server) Destroy() { s.generic.Destroy() }
 // Run serves until ctx is cancelled.
 func (s *Server) Run(ctx context.Context) error {
 	return s.generic.PrepareRun().RunWithContext(ctx)
-}
-
-// ensureNamespaces creates the system namespaces, retrying until the API answers.
-func ensureNamespaces(ctx context.Context, client kubernetes.Interface) error {
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		for _, name := range SystemNamespaces {
-			_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-			if err != nil && !apierrors.IsAlreadyExists(err) {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
 }
 
 // installAPIs creates the storage of every served resource and installs the API groups.
