@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -33,7 +36,18 @@ const (
 type Applier struct {
 	Dynamic dynamic.Interface
 	Mapper  meta.RESTMapper
+	// EstablishTimeout bounds how long ApplyObjects waits for the CustomResourceDefinitions
+	// it applied to be established (0: DefaultEstablishTimeout).
+	EstablishTimeout time.Duration
 }
+
+// DefaultEstablishTimeout is how long ApplyObjects waits by default for a
+// CustomResourceDefinition to be established and its kind to be served.
+const DefaultEstablishTimeout = 30 * time.Second
+
+// establishPoll is how often a CustomResourceDefinition (and discovery) is read again while
+// waiting for it.
+const establishPoll = 200 * time.Millisecond
 
 // ResetMapper is implemented by discovery-backed mappers that can forget what they cached.
 type resetMapper interface{ Reset() }
@@ -68,17 +82,23 @@ func (a *Applier) mapping(gvk schema.GroupVersionKind) (*meta.RESTMapping, error
 
 // Prepare labels every object with the source, gives namespaced objects without a
 // namespace "default", clears the namespace of cluster-scoped ones and sorts them in apply
-// order. Objects whose kind the API does not serve are returned as failures.
+// order. The scope of a kind a CustomResourceDefinition of the revision defines is that
+// definition's; objects of any other kind the API does not serve are returned as failures.
 func (a *Applier) Prepare(objs []Object, source string) ([]Object, []string) {
+	scopes := crdScopes(objs)
 	var fails []string
 	var out []Object
 	for _, o := range objs {
-		m, err := a.mapping(o.Obj.GroupVersionKind())
-		if err != nil {
-			fails = append(fails, fmt.Sprintf("%s: kind %s is not served by the API", describe(o), o.Obj.GroupVersionKind()))
-			continue
+		namespaced, ok := scopes[o.Obj.GroupVersionKind().GroupKind()]
+		if !ok {
+			m, err := a.mapping(o.Obj.GroupVersionKind())
+			if err != nil {
+				fails = append(fails, fmt.Sprintf("%s: kind %s is not served by the API", describe(o), o.Obj.GroupVersionKind()))
+				continue
+			}
+			namespaced = m.Scope.Name() == meta.RESTScopeNameNamespace
 		}
-		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		if namespaced {
 			if o.Obj.GetNamespace() == "" {
 				o.Obj.SetNamespace("default")
 			}
@@ -97,23 +117,37 @@ func (a *Applier) Prepare(objs []Object, source string) ([]Object, []string) {
 	return out, fails
 }
 
-// rank orders the apply: Namespaces, other cluster-scoped kinds (CRDs among them), config
-// and identities, other namespaced kinds, Services, workloads.
+// Apply ranks, in apply order. ApplyObjects waits after rankCRD until the definitions it
+// applied are established, so the custom resources of later ranks can be applied.
+const (
+	rankNamespace = iota
+	rankCRD
+	rankClusterScoped
+	rankConfig
+	rankNamespaced
+	rankService
+	rankWorkload
+)
+
+// rank orders the apply: Namespaces, CustomResourceDefinitions, other cluster-scoped kinds,
+// config and identities, other namespaced kinds, Services, workloads.
 func (a *Applier) rank(o Object) int {
 	gk := o.Obj.GroupVersionKind().GroupKind()
 	switch {
 	case gk.Group == "" && gk.Kind == "Namespace":
-		return 0
+		return rankNamespace
+	case gk == crdGroupKind:
+		return rankCRD
 	case o.Obj.GetNamespace() == "":
-		return 1
+		return rankClusterScoped
 	case gk.Group == "" && (gk.Kind == "ConfigMap" || gk.Kind == "Secret" || gk.Kind == "ServiceAccount"):
-		return 2
+		return rankConfig
 	case gk.Group == "" && gk.Kind == "Service":
-		return 4
+		return rankService
 	case gk.Group == "apps" || gk.Group == "batch" || (gk.Group == "" && (gk.Kind == "Pod" || gk.Kind == "ReplicationController")):
-		return 5
+		return rankWorkload
 	default:
-		return 3
+		return rankNamespaced
 	}
 }
 
@@ -208,16 +242,30 @@ func parallel(n int, fn func(i int)) {
 }
 
 // Validate dry-runs every object (dryRun=All, fieldValidation=Strict) and returns one line
-// per failing object, in order: "file: Kind namespace/name: field: message".
+// per failing object, in order: "file: Kind namespace/name: field: message". A custom
+// resource whose CustomResourceDefinition is in objs cannot be dry-run before that
+// definition is applied: it is checked offline against it (CRDCheck), and the definition
+// itself is checked as the server checks a new one before it is dry-run.
 func (a *Applier) Validate(ctx context.Context, objs []Object) []string {
 	lines := make([]string, len(objs))
 	cache := &nsCache{m: map[string]bool{}}
+	crds := NewCRDCheck(objs)
 	parallel(len(objs), func(i int) {
 		if ctx.Err() != nil {
 			return
 		}
-		if _, err := a.patchObject(ctx, objs[i], true, cache); err != nil && ctx.Err() == nil {
-			lines[i] = describe(objs[i]) + ": " + errorText(err)
+		o := objs[i]
+		switch {
+		case isCRD(o):
+			if lines[i] = crds.CheckCRD(o); lines[i] != "" {
+				return
+			}
+		case crds.Defines(o.Obj.GroupVersionKind().GroupKind()):
+			lines[i] = crds.Check(ctx, o)
+			return
+		}
+		if _, err := a.patchObject(ctx, o, true, cache); err != nil && ctx.Err() == nil {
+			lines[i] = describe(o) + ": " + errorText(err)
 		}
 	})
 	var fails []string
@@ -241,19 +289,39 @@ func (a *Applier) Apply(ctx context.Context, objs []Object, source string) error
 
 // ApplyObjects is Apply that also returns the objects as the API answered (status
 // included), in order, for the health check; failed objects are left out. Objects of one
-// apply rank (see Prepare) are applied concurrently, ranks one after the other.
+// apply rank (see Prepare) are applied concurrently, ranks one after the other. After the
+// CustomResourceDefinitions it waits (EstablishTimeout) until each is established and the
+// API serves its kind; the objects of a definition that failed or is not established are
+// not applied, with one error naming the definition.
 func (a *Applier) ApplyObjects(ctx context.Context, objs []Object, source string) ([]*unstructured.Unstructured, error) {
 	got := make([]*unstructured.Unstructured, len(objs))
 	errs := make([]error, len(objs))
+	// Kinds whose definition (named) this apply could not establish.
+	notReady := map[schema.GroupKind]string{}
+	skipped := map[schema.GroupKind]int{}
 	for lo := 0; lo < len(objs); {
 		hi := lo + 1
 		for hi < len(objs) && a.rank(objs[hi]) == a.rank(objs[lo]) {
 			hi++
 		}
+		var mu sync.Mutex
 		parallel(hi-lo, func(i int) {
-			got[lo+i], errs[lo+i] = a.applyOne(ctx, objs[lo+i], source)
+			o := objs[lo+i]
+			if _, ok := notReady[o.Obj.GroupVersionKind().GroupKind()]; ok {
+				mu.Lock()
+				skipped[o.Obj.GroupVersionKind().GroupKind()]++
+				mu.Unlock()
+				return
+			}
+			got[lo+i], errs[lo+i] = a.applyOne(ctx, o, source)
 		})
+		if a.rank(objs[lo]) == rankCRD {
+			a.establish(ctx, objs[lo:hi], got[lo:hi], errs[lo:hi], notReady)
+		}
 		lo = hi
+	}
+	for _, gk := range slices.SortedFunc(maps.Keys(skipped), func(x, y schema.GroupKind) int { return strings.Compare(x.String(), y.String()) }) {
+		errs = append(errs, fmt.Errorf("%d %s object(s) not applied: their CustomResourceDefinition %s is not established", skipped[gk], gk.Kind, notReady[gk]))
 	}
 	applied := make([]*unstructured.Unstructured, 0, len(objs))
 	for _, u := range got {
@@ -262,6 +330,130 @@ func (a *Applier) ApplyObjects(ctx context.Context, objs []Object, source string
 		}
 	}
 	return applied, errors.Join(errs...)
+}
+
+// crdKinds returns the kind a CustomResourceDefinition defines and its served versions.
+func crdKinds(u *unstructured.Unstructured) (schema.GroupKind, []schema.GroupVersionKind) {
+	group, _, _ := unstructured.NestedString(u.Object, "spec", "group")
+	kind, _, _ := unstructured.NestedString(u.Object, "spec", "names", "kind")
+	gk := schema.GroupKind{Group: group, Kind: kind}
+	versions, _, _ := unstructured.NestedSlice(u.Object, "spec", "versions")
+	var out []schema.GroupVersionKind
+	for _, v := range versions {
+		m, _ := v.(map[string]any)
+		if name, _ := m["name"].(string); name != "" && m["served"] == true {
+			out = append(out, gk.WithVersion(name))
+		}
+	}
+	return gk, out
+}
+
+// establish waits until every CustomResourceDefinition of one rank that was applied
+// (got[i] != nil) is established, then refreshes the RESTMapper (its discovery was read
+// before these kinds existed) and waits until it maps every served version. A definition
+// that fails gets its error in errs and its kind in notReady (with its name), as does one
+// whose apply failed.
+func (a *Applier) establish(ctx context.Context, objs []Object, got []*unstructured.Unstructured, errs []error, notReady map[schema.GroupKind]string) {
+	timeout := a.EstablishTimeout
+	if timeout <= 0 {
+		timeout = DefaultEstablishTimeout
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var mu sync.Mutex
+	served := make([][]schema.GroupVersionKind, len(objs))
+	parallel(len(objs), func(i int) {
+		gk, versions := crdKinds(objs[i].Obj)
+		if got[i] == nil {
+			mu.Lock()
+			notReady[gk] = objs[i].Obj.GetName()
+			mu.Unlock()
+			return
+		}
+		live, err := a.waitEstablished(ctx, wctx, got[i], timeout)
+		if err != nil {
+			errs[i] = fmt.Errorf("%s: %w", describe(objs[i]), err)
+			mu.Lock()
+			notReady[gk] = objs[i].Obj.GetName()
+			mu.Unlock()
+			return
+		}
+		got[i], served[i] = live, versions
+	})
+	if r, ok := a.Mapper.(resetMapper); ok {
+		r.Reset()
+	}
+	for i, versions := range served {
+		for _, gvk := range versions {
+			if err := a.waitMapping(wctx, gvk); err != nil {
+				errs[i] = fmt.Errorf("%s: established, but the API does not serve %s after %s: %v", describe(objs[i]), gvk, timeout, err)
+				notReady[gvk.GroupKind()] = objs[i].Obj.GetName()
+				break
+			}
+		}
+	}
+}
+
+// waitEstablished polls the CustomResourceDefinition applied as u until its Established
+// condition is True and returns it as last read. It gives up at once when the server
+// refused its names, and when wctx ends with what the conditions said.
+func (a *Applier) waitEstablished(ctx, wctx context.Context, u *unstructured.Unstructured, timeout time.Duration) (*unstructured.Unstructured, error) {
+	name := u.GetName()
+	cur := u
+	why := ""
+	for {
+		if cur != nil {
+			established, w, refused := crdEstablished(cur)
+			if established {
+				return cur, nil
+			}
+			if w != "" {
+				why = w
+			}
+			if refused {
+				return nil, fmt.Errorf("CustomResourceDefinition %s is not established: %s", name, why)
+			}
+		}
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if why == "" {
+				why = "the server has not set its Established condition"
+			}
+			return nil, fmt.Errorf("CustomResourceDefinition %s is not established after %s: %s", name, timeout, why)
+		case <-time.After(establishPoll):
+		}
+		live, err := a.Dynamic.Resource(crdResource).Get(wctx, name, metav1.GetOptions{})
+		if err != nil {
+			if wctx.Err() == nil {
+				why = "read: " + errorText(err)
+			}
+			cur = nil
+			continue
+		}
+		cur = live
+	}
+}
+
+// waitMapping waits until the RESTMapper maps gvk (discovery may lag behind the
+// Established condition), resetting it between tries.
+func (a *Applier) waitMapping(wctx context.Context, gvk schema.GroupVersionKind) error {
+	for {
+		_, err := a.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err == nil || !meta.IsNoMatchError(err) {
+			return err
+		}
+		select {
+		case <-wctx.Done():
+			return err
+		case <-time.After(establishPoll):
+		}
+		if r, ok := a.Mapper.(resetMapper); ok {
+			r.Reset()
+		}
+	}
 }
 
 func (a *Applier) applyOne(ctx context.Context, o Object, source string) (*unstructured.Unstructured, error) {

@@ -541,7 +541,7 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 	st.LastFetchedRevision = co.Revision
 
 	renderStart := time.Now()
-	objs, err := Render(co.Dir, gs.Spec.Path)
+	objs, err := RenderCommit(co.Dir, co.Commit, gs.Spec.Path)
 	observeSince(renderDuration, msource, renderStart)
 	if err != nil {
 		fail(ReasonBuildFailed, fmt.Sprintf("Revision %s: %v", co.Revision, err), true)

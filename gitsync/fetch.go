@@ -1,8 +1,10 @@
 // Package gitsync keeps the cluster equal to what a git repository says: it fetches a ref
 // (go-git, shallow; file, https, ssh with known_hosts), verifies the head commit's OpenPGP
-// signature when asked, renders it (kustomize), validates every object by server dry-run,
-// applies the whole revision by server-side apply, prunes what left git and reports the
-// health of what it applied. The controller runs on the leader; every host serves the push
+// signature when asked, renders the commit's tree as git stores it (kustomize), validates
+// every object (by server dry-run; a custom resource whose CustomResourceDefinition is in
+// the same revision offline against that definition), applies the whole revision by
+// server-side apply (CustomResourceDefinitions established before their resources), prunes
+// what left git and reports the health of what it applied. The controller runs on the leader; every host serves the push
 // webhook (Webhook) and keeps a warm clone (RunWarm).
 package gitsync
 
@@ -25,9 +27,12 @@ import (
 
 var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
-// Checkout is a fetched revision checked out in a work tree.
+// Checkout is a fetched revision: the cache's HEAD (detached) points to it, but nothing is
+// checked out into a work tree. RenderCommit reads the commit's tree from the repository's
+// object store, so every name git accepts is read as git stores it (go-git's checkout
+// refuses some, such as Windows device names like "aux", or names with control characters).
 type Checkout struct {
-	// Dir is the work tree (the repository root).
+	// Dir is the cache repository (its git directory is Dir/.git).
 	Dir string
 	// Commit is the full SHA-1 of the checked-out commit.
 	Commit string
@@ -133,18 +138,39 @@ func fetchInto(ctx context.Context, dir, url string, ref *v1alpha1.GitRef, auth 
 			return nil, fmt.Errorf("commit %s not found in %s: %w", ref.Commit, url, err)
 		}
 	}
-	wt, err := repo.Worktree()
-	if err != nil {
-		return nil, err
+	if _, err := repo.CommitObject(hash); err != nil {
+		return nil, fmt.Errorf("read commit %s: %w", hash, err)
 	}
-	if err := wt.Checkout(&git.CheckoutOptions{Hash: hash, Force: true}); err != nil {
-		return nil, fmt.Errorf("checkout %s: %w", hash, err)
+	// HEAD (detached) says which revision the cache holds; no file is checked out.
+	if err := repo.Storer.SetReference(plumbing.NewHashReference(plumbing.HEAD, hash)); err != nil {
+		return nil, fmt.Errorf("set HEAD to %s: %w", hash, err)
+	}
+	if err := dropWorkTree(dir); err != nil {
+		return nil, err
 	}
 	rev := "sha1:" + hash.String()
 	if name != "" {
 		rev = name + "@" + rev
 	}
 	return &Checkout{Dir: dir, Commit: hash.String(), Revision: rev}, nil
+}
+
+// dropWorkTree removes what an earlier version checked out next to .git: the revision is
+// read from the object store, and a stale copy on disk would only mislead.
+func dropWorkTree(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() == ".git" {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("remove stale work tree of %s: %w", dir, err)
+		}
+	}
+	return nil
 }
 
 func refLabel(name string, ref *v1alpha1.GitRef) string {

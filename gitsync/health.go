@@ -37,7 +37,8 @@ func degraded(format string, args ...any) HealthResult {
 }
 
 // ObjectHealth computes the health of a live object the way kstatus does for Deployment,
-// ReplicaSet, StatefulSet, DaemonSet, Job, Pod, Service, PersistentVolumeClaim, plus Ingress
+// ReplicaSet, StatefulSet, DaemonSet, Job, Pod, Service, PersistentVolumeClaim,
+// CustomResourceDefinition, plus Ingress
 // (healthy once it has an address, as Argo CD judges it). Other kinds are judged by their
 // Ready/Reconciling/Stalled conditions when they have them, healthy otherwise. now is used
 // only for the unschedulable-Pod grace period.
@@ -73,8 +74,25 @@ func ObjectHealth(u *unstructured.Unstructured, now time.Time) HealthResult {
 		return pvcHealth(u)
 	case gk.Group == "networking.k8s.io" && gk.Kind == "Ingress":
 		return ingressHealth(u)
+	case gk == crdGroupKind:
+		return crdHealth(u)
 	}
 	return genericHealth(u)
+}
+
+// crdHealth: a CustomResourceDefinition is healthy once established, degraded when the
+// server refused its names.
+func crdHealth(u *unstructured.Unstructured) HealthResult {
+	established, why, refused := crdEstablished(u)
+	switch {
+	case established:
+		return healthy()
+	case refused:
+		return degraded("%s", why)
+	case why != "":
+		return progressing("not established: %s", why)
+	}
+	return progressing("not established yet")
 }
 
 func num(u *unstructured.Unstructured, fields ...string) int64 {

@@ -34,6 +34,26 @@ func TestObjectHealth(t *testing.T) {
 	tests := []struct {
 		name, obj, want, msg string
 	}{
+		{"crd established", `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com, generation: 1}
+status:
+  conditions:
+  - {type: NamesAccepted, status: "True", reason: NoConflicts, message: no conflicts found}
+  - {type: Established, status: "True", reason: InitialNamesAccepted, message: the initial names have been accepted}`, H, ""},
+		{"crd not established yet", `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com, generation: 1}`, P, "not established yet"},
+		{"crd names refused", `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com, generation: 1}
+status:
+  conditions:
+  - {type: NamesAccepted, status: "False", reason: KindConflict, message: '"Widget" is already in use'}
+  - {type: Established, status: "False", reason: NotAccepted, message: not all names are accepted}`, D, `NamesAccepted=False (KindConflict): "Widget" is already in use`},
 		{"deployment without status", `
 apiVersion: apps/v1
 kind: Deployment

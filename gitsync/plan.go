@@ -55,7 +55,8 @@ type Plan struct {
 	Source string `json:"source"`
 	// Path is the directory rendered, relative to the repository root.
 	Path string `json:"path"`
-	// Offline plans only render; nothing was compared with a cluster.
+	// Offline plans only render (and check custom resources against the revision's
+	// CustomResourceDefinitions); nothing was compared with a cluster.
 	Offline  bool       `json:"offline"`
 	Items    []PlanItem `json:"items"`
 	Warnings []string   `json:"warnings,omitempty"`
@@ -125,24 +126,46 @@ type PlanOptions struct {
 const DefaultPlanSource = "kube-system/root"
 
 // PlanOffline renders dir in the repository at root exactly as gitsync would and lists
-// the objects, without a cluster.
+// the objects, without a cluster. What needs no cluster is checked as gitsync checks it:
+// the CustomResourceDefinitions of the revision, and the custom resources they define
+// against them (invalid items name the field).
 func PlanOffline(root, dir string) (*Plan, error) {
 	objs, err := Render(root, dir)
 	if err != nil {
 		return nil, err
 	}
 	p := &Plan{Path: planCleanPath(dir), Offline: true, Items: []PlanItem{}}
+	crds := NewCRDCheck(objs)
 	for _, o := range objs {
-		p.Items = append(p.Items, planItem(PlanRendered, o))
+		it := planItem(PlanRendered, o)
+		if line := planCRDCheck(context.Background(), crds, o); line != "" {
+			it.Action, it.Reason = PlanInvalid, line
+		}
+		p.Items = append(p.Items, it)
 	}
 	return p, nil
 }
 
+// planCRDCheck is gitsync's failure line for a CustomResourceDefinition of the revision, or
+// for a custom resource it defines, from CRDCheck ("" when valid, or neither).
+func planCRDCheck(ctx context.Context, crds *CRDCheck, o Object) string {
+	switch {
+	case isCRD(o):
+		return crds.CheckCRD(o)
+	case crds.Defines(o.Obj.GroupVersionKind().GroupKind()):
+		return crds.Check(ctx, o)
+	}
+	return ""
+}
+
 // Plan renders opts.Path in opts.RepoDir as gitsync would, server-side dry-runs every object
 // as gitsync's field manager with the source's label, and compares each result with the
-// live object. Inventory entries of the source that are no longer rendered are listed as
-// delete, or keep with the reason when gitsync's prune protections apply. The server is
-// not changed. A render failure is returned as an error; invalid objects are items.
+// live object. A custom resource whose CustomResourceDefinition is in the revision is
+// checked against that definition instead (as gitsync validates it), and is a create
+// unless the server already has it. Inventory entries of the source that are no longer
+// rendered are listed as delete, or keep with the reason when gitsync's prune protections
+// apply. The server is not changed. A render failure is returned as an error; invalid
+// objects are items.
 func (a *Applier) Plan(ctx context.Context, opts PlanOptions) (*Plan, error) {
 	srcNS, srcName, err := planSplitSource(opts.Source)
 	if err != nil {
@@ -167,12 +190,26 @@ func (a *Applier) Plan(ctx context.Context, opts PlanOptions) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	// From every rendered object: a definition Prepare refuses still defines its kind.
+	crds := NewCRDCheck(objs)
 	objs, fails := a.Prepare(objs, source)
 	for _, f := range fails {
 		p.Items = append(p.Items, PlanItem{Action: PlanInvalid, Reason: f})
 	}
 	for _, o := range objs {
-		it, err := a.planObject(ctx, o, source)
+		var it PlanItem
+		if line := planCRDCheck(ctx, crds, o); line != "" {
+			it = planItem(PlanInvalid, o)
+			it.Reason = line
+		} else if crds.Defines(o.Obj.GroupVersionKind().GroupKind()) {
+			var warning string
+			it, warning, err = a.planCustomResource(ctx, o, source)
+			if warning != "" {
+				p.Warnings = append(p.Warnings, warning)
+			}
+		} else {
+			it, err = a.planObject(ctx, o, source)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -314,6 +351,45 @@ func (a *Applier) planObject(ctx context.Context, o Object, source string) (Plan
 		it.Action = PlanUpdate
 	}
 	return it, nil
+}
+
+// planCustomResource plans a valid custom resource whose CustomResourceDefinition is in the
+// revision. When the API does not serve its kind and version yet, or has no such object, it
+// is a create (the server's definition may be absent or older than the revision's, so it
+// is not dry-run). Otherwise it is planned as any object; should the server's definition
+// refuse what the revision's accepts, it is an update whose changes cannot be shown before
+// the definition is applied, and warning says so.
+func (a *Applier) planCustomResource(ctx context.Context, o Object, source string) (it PlanItem, warning string, err error) {
+	gvk := o.Obj.GroupVersionKind()
+	create := func() (PlanItem, string, error) {
+		it := planItem(PlanCreate, o)
+		it.Changes = DiffObjects(nil, o.Obj.Object)
+		return it, "", nil
+	}
+	m, err := a.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if meta.IsNoMatchError(err) {
+		return create()
+	}
+	if err != nil {
+		return planItem(PlanUnchanged, o), "", fmt.Errorf("%s: %w", describe(o), err)
+	}
+	var res dynamic.ResourceInterface = a.Dynamic.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		res = a.Dynamic.Resource(m.Resource).Namespace(o.Obj.GetNamespace())
+	}
+	if _, err := res.Get(ctx, o.Obj.GetName(), metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		return create()
+	} else if err != nil {
+		return planItem(PlanUnchanged, o), "", fmt.Errorf("%s: get: %w", describe(o), err)
+	}
+	it, err = a.planObject(ctx, o, source)
+	if err != nil || it.Action != PlanInvalid {
+		return it, "", err
+	}
+	reason := it.Reason
+	it = planItem(PlanUpdate, o)
+	return it, fmt.Sprintf("%s: the CustomResourceDefinition on the server refuses it (%s), the revision's accepts it: its changes show once the revision's definition is applied",
+		describe(o), strings.TrimPrefix(reason, describe(o)+": ")), nil
 }
 
 // planPrune lists what Prune would do with the stale entries, without deleting.

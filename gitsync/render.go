@@ -27,20 +27,37 @@ type Object struct {
 const localConfigAnnotation = "config.kubernetes.io/local-config"
 
 // Render builds the objects at dir (a directory inside the work tree root) with kustomize.
-// Only files inside root are visible (the tree is copied into memory; symlinks that leave
-// the repository are dropped), and every resource, base or component must be a path in the
-// repository: remote bases are refused. A directory without a kustomization renders its
+// Only files inside root are visible (the tree is copied into memory, under every name git
+// accepts; symlinks that leave the repository are dropped), and every resource, base or
+// component must be a path in the repository: remote bases are refused. A directory without a kustomization renders its
 // .yaml/.yml files. Objects annotated config.kubernetes.io/local-config: "true" are dropped.
 func Render(root, dir string) ([]Object, error) {
 	root, err := filepath.Abs(root)
 	if err != nil {
 		return nil, err
 	}
-	rel := path.Clean("/" + filepath.ToSlash(dir))
-	mem := filesys.MakeFsInMemory()
+	mem := newMemFS()
 	if err := copyTree(root, mem); err != nil {
 		return nil, fmt.Errorf("read repository: %w", err)
 	}
+	return renderTree(mem, dir)
+}
+
+// RenderCommit is Render for a commit of the git repository at repoDir (a cache Fetch
+// filled): the commit's tree is read from git's object store, names, content and symbolic
+// links exactly as git stores them, so no work tree is needed and a name the host's file
+// system or a checkout would refuse is read as any other.
+func RenderCommit(repoDir, commit, dir string) ([]Object, error) {
+	mem := newMemFS()
+	if err := copyCommit(repoDir, commit, mem); err != nil {
+		return nil, fmt.Errorf("read repository: %w", err)
+	}
+	return renderTree(mem, dir)
+}
+
+// renderTree renders dir of the repository copied into mem (see Render).
+func renderTree(mem *memFS, dir string) ([]Object, error) {
+	rel := path.Clean("/" + filepath.ToSlash(dir))
 	if !mem.IsDir(rel) {
 		return nil, fmt.Errorf("path %s: not a directory in the repository", strings.TrimPrefix(rel, "/"))
 	}

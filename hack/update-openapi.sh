@@ -38,6 +38,7 @@ K8S_PKGS=(
   k8s.io/api/scheduling/v1
   k8s.io/api/node/v1
   k8s.io/api/certificates/v1
+  k8s.io/metrics/pkg/apis/metrics/v1beta1
   # Not served, but batch/v1 JobSchedulingConfiguration refers to its types.
   k8s.io/api/scheduling/v1alpha3
   k8s.io/apimachinery/pkg/apis/meta/v1

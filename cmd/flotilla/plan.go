@@ -35,6 +35,11 @@ and compares the result with the live object; objects of the GitSource's invento
 no longer rendered are listed as delete (or keep, with the reason). Without --kubeconfig it
 only renders and lists the objects.
 
+Custom resources whose CustomResourceDefinition is in the same revision are checked against
+that definition as gitsync checks them (OpenAPI schema, defaults, CEL rules), with or
+without --kubeconfig: one that violates it is invalid and the plan names the field; a valid
+one is a create until the server has it.
+
 Exit status: 1 when rendering fails or an object is invalid; with --detailed-exitcode, 2
 when the plan is valid and changes something, 0 when it changes nothing.`,
 		Args: cobra.MaximumNArgs(1),

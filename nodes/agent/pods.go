@@ -109,6 +109,8 @@ type PodManager struct {
 	snapMu   sync.Mutex
 	snap     map[string][]rt.ContainerStatus // pod uid -> containers
 	snapTime time.Time
+
+	stats *statsCollector
 }
 
 // NewPodManager builds the workers' informers (started by Run).
@@ -160,6 +162,7 @@ func NewPodManager(client kubernetes.Interface, cfg PodConfig) *PodManager {
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	m.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: cfg.NodeName})
+	m.stats = newStatsCollector(m)
 	return m
 }
 

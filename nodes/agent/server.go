@@ -18,10 +18,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/streaming/pkg/httpstream/wsstream"
 
+	"github.com/flotilla-dev/flotilla/nodes/agent/stats"
 	rt "github.com/flotilla-dev/flotilla/nodes/runtime"
 )
 
-// ServerConfig configures the agent's HTTPS endpoint, which the API server calls for pods/log.
+// ServerConfig configures the agent's HTTPS endpoint, which the API server calls for pods/log,
+// exec, port-forward and resource usage (stats.SummaryPath).
 type ServerConfig struct {
 	Address           string // host:port
 	CertFile, KeyFile string
@@ -38,6 +40,7 @@ func (m *PodManager) Serve(ctx context.Context, cfg ServerConfig) error {
 	mux.HandleFunc("POST /exec/{namespace}/{pod}/{container}", m.serveExec)
 	mux.HandleFunc("GET /portForward/{namespace}/{pod}", m.servePortForward)
 	mux.HandleFunc("POST /portForward/{namespace}/{pod}", m.servePortForward)
+	mux.HandleFunc("GET "+stats.SummaryPath, m.serveStats)
 	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
 	if err != nil {
 		return fmt.Errorf("node agent endpoint certificate: %w", err)
@@ -57,6 +60,7 @@ func (m *PodManager) Serve(ctx context.Context, cfg ServerConfig) error {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
+	go m.stats.run(ctx)
 	logrus.WithField("address", cfg.Address).Info("node agent endpoint serving")
 	if err := srv.ServeTLS(l, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err

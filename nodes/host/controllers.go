@@ -17,6 +17,7 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/namespace"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/nodeipam"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/nodelifecycle"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/podautoscaler"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/replicaset"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/serviceaccount"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/servicelb"
@@ -38,6 +39,7 @@ func controllerList(cfg Config) []controllers.Named {
 		{Name: "daemonset", New: daemonset.New, Workers: 2},
 		{Name: "job", New: job.New, Workers: 3},
 		{Name: "cronjob", New: cronjob.New, Workers: 1},
+		{Name: "podautoscaler", New: podautoscaler.New, Workers: 2},
 		{Name: "servicelb", New: servicelb.New, Workers: 1},
 		{Name: "volumebinding", New: volumebinding.New, Workers: 2},
 		{Name: "localvolume", New: func(c *controllers.Context) (controllers.Runner, error) { return localvolume.New(c) }, Workers: 2},

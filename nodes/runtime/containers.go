@@ -156,14 +156,10 @@ func (r *Runtime) CreateContainer(ctx context.Context, c ContainerConfig) error 
 		labels[labelLogPath] = c.LogPath
 	}
 
-	cgroupParent := r.cfg.CgroupParent
-	if cgroupParent == "" {
-		cgroupParent = "/" + r.cfg.Namespace
-	}
 	specOpts := []oci.SpecOpts{
 		oci.WithImageConfig(img),
 		oci.WithProcessArgs(args...),
-		oci.WithCgroup(path.Join(cgroupParent, c.ID)),
+		oci.WithCgroup(r.CgroupPath(c.ID)),
 	}
 	if len(c.Env) > 0 {
 		specOpts = append(specOpts, oci.WithEnv(c.Env))
@@ -230,6 +226,16 @@ func (r *Runtime) CreateContainer(ctx context.Context, c ContainerConfig) error 
 	}
 	r.log.WithFields(logrus.Fields{"container": c.ID, "image": name}).Debug("container created")
 	return nil
+}
+
+// CgroupPath is the cgroup of a container, as runc names it below the cgroup filesystem
+// root: <CgroupParent>/<id>.
+func (r *Runtime) CgroupPath(id string) string {
+	parent := r.cfg.CgroupParent
+	if parent == "" {
+		parent = "/" + r.cfg.Namespace
+	}
+	return path.Join(parent, id)
 }
 
 // withMounts adds mounts, replacing default mounts (e.g. /dev/shm) at the same destination.

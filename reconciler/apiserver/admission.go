@@ -14,7 +14,10 @@ import (
 // first (nothing is created in a namespace being deleted), then flotilla's own plugins. Mutating
 // plugins run before validating ones whatever their place here (admission.NewChainHandler runs
 // every Admit before any Validate).
-func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Interface) ([]admission.Interface, error) {
+//
+// The admission webhooks come last, as in kube-apiserver: they see the object after every
+// built-in mutation and only when the built-in checks passed.
+func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Interface, hooks webhookDeps) ([]admission.Interface, error) {
 	nsLifecycle, err := lifecycle.NewLifecycle(sets.New(SystemNamespaces...))
 	if err != nil {
 		return nil, err
@@ -24,8 +27,16 @@ func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Inter
 	if err := nsLifecycle.ValidateInitialization(); err != nil {
 		return nil, fmt.Errorf("namespace lifecycle admission: %w", err)
 	}
-	return []admission.Interface{
+	plugins := []admission.Interface{
 		nsLifecycle,
 		newNodeFeatureValidator(f),
-	}, nil
+		newRuntimeClassPlugin(f, client),
+		newPriorityPlugin(f, client),
+		newUnenforcedKindsWarner(),
+	}
+	webhooks, err := webhookPlugins(f, client, hooks)
+	if err != nil {
+		return nil, err
+	}
+	return append(plugins, webhooks...), nil
 }

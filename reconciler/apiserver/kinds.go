@@ -7,6 +7,7 @@ import (
 	"github.com/sirupsen/logrus"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -58,6 +59,10 @@ func applyKindHooks(s *strategy) {
 		s.prepareCreate = func(ctx context.Context, obj runtime.Object) {
 			defaults.PrepareJobForCreate(obj.(*batchv1.Job))
 		}
+	case "CertificateSigningRequest.certificates.k8s.io":
+		csrHooks(s)
+	case "ValidatingWebhookConfiguration.admissionregistration.k8s.io", "MutatingWebhookConfiguration.admissionregistration.k8s.io":
+		webhookConfigurationHooks(s)
 	case "Deployment.apps":
 		s.prepareUpdate = func(ctx context.Context, obj, old runtime.Object) {
 			d, od := obj.(*appsv1.Deployment), old.(*appsv1.Deployment)
@@ -271,6 +276,8 @@ func attrFuncFor(r resource) storage.AttrFunc {
 			fs["status.replicas"] = itoa32(o.Status.Replicas)
 		case *batchv1.Job:
 			fs["status.successful"] = itoa32(o.Status.Succeeded)
+		case *certificatesv1.CertificateSigningRequest:
+			fs["spec.signerName"] = o.Spec.SignerName
 		}
 		return labels.Set(m.GetLabels()), fs, nil
 	}

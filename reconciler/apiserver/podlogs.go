@@ -83,7 +83,13 @@ func (d *nodeDialer) location(ctx context.Context, name, path string) (*url.URL,
 	if err != nil {
 		return nil, pod, err
 	}
-	node := nobj.(*corev1.Node)
+	u, err := nodeAgentURL(nobj.(*corev1.Node), path)
+	return u, pod, err
+}
+
+// nodeAgentURL returns the URL of path on a node's agent endpoint: its InternalIP and the
+// port it publishes as status.daemonEndpoints.kubeletEndpoint.
+func nodeAgentURL(node *corev1.Node, path string) (*url.URL, error) {
 	host := ""
 	for _, a := range node.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
@@ -93,9 +99,9 @@ func (d *nodeDialer) location(ctx context.Context, name, path string) (*url.URL,
 	}
 	port := node.Status.DaemonEndpoints.KubeletEndpoint.Port
 	if host == "" || port == 0 {
-		return nil, pod, apierrors.NewServiceUnavailable(fmt.Sprintf("node %s does not publish its agent endpoint yet", node.Name))
+		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("node %s does not publish its agent endpoint yet", node.Name))
 	}
-	return &url.URL{Scheme: "https", Host: net.JoinHostPort(host, strconv.Itoa(int(port))), Path: path}, pod, nil
+	return &url.URL{Scheme: "https", Host: net.JoinHostPort(host, strconv.Itoa(int(port))), Path: path}, nil
 }
 
 // podLogREST serves pods/log by streaming from the node agent of the pod's host.

@@ -3,13 +3,19 @@ package apiserver
 import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	nodev1 "k8s.io/api/node/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -40,6 +46,9 @@ func (r resource) groupResource() schema.GroupResource {
 func (r resource) gvk() schema.GroupVersionKind { return r.gv.WithKind(r.kind) }
 
 var all = []string{"all"}
+
+// apiExtensions is the category of the kinds that extend the API (kubectl get api-extensions).
+var apiExtensions = []string{"api-extensions"}
 
 // servedResources is the list of resources the API server serves, with kubectl's short names
 // and categories.
@@ -111,6 +120,33 @@ func servedResources() []resource {
 			newList: func() runtime.Object { return &admissionregistrationv1.ValidatingAdmissionPolicyBindingList{} }},
 		{gv: storagev1.SchemeGroupVersion, plural: "storageclasses", singular: "storageclass", kind: "StorageClass", shortNames: []string{"sc"},
 			newObj: func() runtime.Object { return &storagev1.StorageClass{} }, newList: func() runtime.Object { return &storagev1.StorageClassList{} }},
+		{gv: schedulingv1.SchemeGroupVersion, plural: "priorityclasses", singular: "priorityclass", kind: "PriorityClass", shortNames: []string{"pc"},
+			newObj: func() runtime.Object { return &schedulingv1.PriorityClass{} }, newList: func() runtime.Object { return &schedulingv1.PriorityClassList{} }},
+		{gv: nodev1.SchemeGroupVersion, plural: "runtimeclasses", singular: "runtimeclass", kind: "RuntimeClass",
+			newObj: func() runtime.Object { return &nodev1.RuntimeClass{} }, newList: func() runtime.Object { return &nodev1.RuntimeClassList{} }},
+		// Both versions of the HPA hold the stored autoscaling/v2 type (scheme_autoscaling.go).
+		{gv: autoscalingv2.SchemeGroupVersion, plural: "horizontalpodautoscalers", singular: "horizontalpodautoscaler", kind: "HorizontalPodAutoscaler", namespaced: true, shortNames: []string{"hpa"}, categories: all, status: true,
+			newObj: func() runtime.Object { return &autoscalingv2.HorizontalPodAutoscaler{} }, newList: func() runtime.Object { return &autoscalingv2.HorizontalPodAutoscalerList{} }},
+		{gv: autoscalingv1.SchemeGroupVersion, plural: "horizontalpodautoscalers", singular: "horizontalpodautoscaler", kind: "HorizontalPodAutoscaler", namespaced: true, shortNames: []string{"hpa"}, categories: all, status: true,
+			newObj: func() runtime.Object { return &autoscalingv2.HorizontalPodAutoscaler{} }, newList: func() runtime.Object { return &autoscalingv2.HorizontalPodAutoscalerList{} }},
+		{gv: rbacv1.SchemeGroupVersion, plural: "roles", singular: "role", kind: "Role", namespaced: true,
+			newObj: func() runtime.Object { return &rbacv1.Role{} }, newList: func() runtime.Object { return &rbacv1.RoleList{} }},
+		{gv: rbacv1.SchemeGroupVersion, plural: "clusterroles", singular: "clusterrole", kind: "ClusterRole",
+			newObj: func() runtime.Object { return &rbacv1.ClusterRole{} }, newList: func() runtime.Object { return &rbacv1.ClusterRoleList{} }},
+		{gv: rbacv1.SchemeGroupVersion, plural: "rolebindings", singular: "rolebinding", kind: "RoleBinding", namespaced: true,
+			newObj: func() runtime.Object { return &rbacv1.RoleBinding{} }, newList: func() runtime.Object { return &rbacv1.RoleBindingList{} }},
+		{gv: rbacv1.SchemeGroupVersion, plural: "clusterrolebindings", singular: "clusterrolebinding", kind: "ClusterRoleBinding",
+			newObj: func() runtime.Object { return &rbacv1.ClusterRoleBinding{} }, newList: func() runtime.Object { return &rbacv1.ClusterRoleBindingList{} }},
+		{gv: admissionregistrationv1.SchemeGroupVersion, plural: "validatingwebhookconfigurations", singular: "validatingwebhookconfiguration", kind: "ValidatingWebhookConfiguration", categories: apiExtensions,
+			newObj:  func() runtime.Object { return &admissionregistrationv1.ValidatingWebhookConfiguration{} },
+			newList: func() runtime.Object { return &admissionregistrationv1.ValidatingWebhookConfigurationList{} }},
+		{gv: admissionregistrationv1.SchemeGroupVersion, plural: "mutatingwebhookconfigurations", singular: "mutatingwebhookconfiguration", kind: "MutatingWebhookConfiguration", categories: apiExtensions,
+			newObj:  func() runtime.Object { return &admissionregistrationv1.MutatingWebhookConfiguration{} },
+			newList: func() runtime.Object { return &admissionregistrationv1.MutatingWebhookConfigurationList{} }},
+		// /approval is installed by extraSubresources (certificates.go).
+		{gv: certificatesv1.SchemeGroupVersion, plural: "certificatesigningrequests", singular: "certificatesigningrequest", kind: "CertificateSigningRequest", shortNames: []string{"csr"}, status: true,
+			newObj:  func() runtime.Object { return &certificatesv1.CertificateSigningRequest{} },
+			newList: func() runtime.Object { return &certificatesv1.CertificateSigningRequestList{} }},
 
 		{gv: flotillav1alpha1.SchemeGroupVersion, plural: "gitsources", singular: "gitsource", kind: "GitSource", namespaced: true, shortNames: []string{"gs"}, categories: []string{"flotilla"}, status: true,
 			newObj: func() runtime.Object { return &flotillav1alpha1.GitSource{} }, newList: func() runtime.Object { return &flotillav1alpha1.GitSourceList{} }},

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -21,6 +22,8 @@ import (
 	"k8s.io/apiserver/pkg/authentication/token/tokenfile"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	aggregated "k8s.io/apiserver/pkg/endpoints/discovery/aggregated"
+	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -28,9 +31,12 @@ import (
 	serverstorage "k8s.io/apiserver/pkg/server/storage"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/util/compatibility"
+	"k8s.io/apiserver/pkg/util/notfoundhandler"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
+	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
+	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
 
 	flotillav1alpha1 "github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/openapi"
@@ -71,8 +77,8 @@ type EtcdClientConfig struct {
 
 // Server is a configured API server, ready to Run.
 type Server struct {
-	generic  *genericapiserver.GenericAPIServer
-	informer informers.SharedInformerFactory
+	aggregator *aggregatorapiserver.APIAggregator
+	informer   informers.SharedInformerFactory
 	// Loopback is a privileged client configuration for in-process users of the API.
 	Loopback *restclient.Config
 }
@@ -122,11 +128,14 @@ func New(cfg Config) (*Server, error) {
 	gc.Authorization.Authorizer = authorizerfactory.NewAlwaysAllowAuthorizer()
 	genericapiserver.AuthorizeClientBearerToken(gc.LoopbackClientConfig, &gc.Authentication, &gc.Authorization)
 
-	namer := openapi.Namer(scheme)
-	gc.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(openapi.GetOpenAPIDefinitions, namer)
-	gc.OpenAPIConfig.Info.Title = "Flotilla"
-	gc.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(openapi.GetOpenAPIDefinitions, namer)
-	gc.OpenAPIV3Config.Info.Title = "Flotilla"
+	// One aggregated discovery document for the whole chain: every server adds its groups.
+	gc.AggregatedDiscoveryGroupManager = aggregated.NewResourceManager("apis")
+
+	namer := openapi.Namer(scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme)
+	gc.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(definitions, namer)
+	gc.OpenAPIConfig.Info.Title = openapi.Title
+	gc.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(definitions, namer)
+	gc.OpenAPIV3Config.Info.Title = openapi.Title
 
 	etcdOpts := genericoptions.NewEtcdOptions(storagebackend.NewDefaultConfig("/registry", nil))
 	etcdOpts.StorageConfig.Transport.ServerList = cfg.Etcd.Servers
@@ -136,6 +145,7 @@ func New(cfg Config) (*Server, error) {
 	etcdOpts.DefaultStorageMediaType = runtime.ContentTypeJSON
 	resourceConfig := serverstorage.NewResourceConfig()
 	resourceConfig.EnableVersions(servedGroupVersions()...)
+	gc.MergedResourceConfig = resourceConfig
 	factory := serverstorage.NewDefaultStorageFactory(etcdOpts.StorageConfig, runtime.ContentTypeJSON, codecs,
 		serverstorage.NewDefaultResourceEncodingConfigForEffectiveVersion(scheme, gc.EffectiveVersion), resourceConfig, nil)
 	// Upstream stores core and events.k8s.io Events once and converts between them; without
@@ -150,21 +160,40 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("loopback client: %w", err)
 	}
 	informerFactory := informers.NewSharedInformerFactory(client, 10*time.Minute)
-	plugins, err := admissionPlugins(informerFactory, client)
+	hooks, err := newWebhookDeps(informerFactory, gc.LoopbackClientConfig)
+	if err != nil {
+		return nil, err
+	}
+	plugins, err := admissionPlugins(informerFactory, client, hooks)
 	if err != nil {
 		return nil, err
 	}
 	gc.AdmissionControl = admission.NewChainHandler(plugins...)
 
+	// The apiextensions server is derived from ours before ours is completed.
+	extCfg, err := extensionsConfig(*gc, *etcdOpts, informerFactory, hooks.services, hooks.auth)
+	if err != nil {
+		return nil, err
+	}
+	extensions, err := extCfg.Complete().New(genericapiserver.NewEmptyDelegateWithCustomHandler(
+		notfoundhandler.New(codecs, genericapifilters.NoMuxAndDiscoveryIncompleteKey)))
+	if err != nil {
+		return nil, fmt.Errorf("create CustomResourceDefinition API server: %w", err)
+	}
+
+	aggCfg, err := aggregatorConfig(*gc, *etcdOpts, informerFactory, hooks.services)
+	if err != nil {
+		return nil, err
+	}
+
 	completed := gc.Complete(informerFactory)
-	generic, err := completed.New("flotilla-apiserver", genericapiserver.NewEmptyDelegate())
+	generic, err := completed.New("flotilla-apiserver", extensions.GenericAPIServer)
 	if err != nil {
 		return nil, fmt.Errorf("create API server: %w", err)
 	}
 	if err := installAPIs(generic, scheme, codecs, gc.RESTOptionsGetter, cfg.Validation, cfg.DefaultTolerationSeconds, cfg.Nodes); err != nil {
 		return nil, err
 	}
-	s := &Server{generic: generic, informer: informerFactory, Loopback: gc.LoopbackClientConfig}
 	generic.AddPostStartHookOrDie("flotilla-start-informers", func(hc genericapiserver.PostStartHookContext) error {
 		informerFactory.Start(hc.Done())
 		return nil
@@ -172,15 +201,25 @@ func New(cfg Config) (*Server, error) {
 	generic.AddPostStartHookOrDie("flotilla-bootstrap-objects", func(hc genericapiserver.PostStartHookContext) error {
 		return ensureBootstrapObjects(hc, client)
 	})
+	// The aggregator comes last: it takes over the post-start hooks of the servers behind it.
+	agg, err := newAggregator(aggCfg, generic, extensions.Informers.Apiextensions().V1().CustomResourceDefinitions())
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{aggregator: agg, informer: informerFactory, Loopback: gc.LoopbackClientConfig}
 	return s, nil
 }
 
 // Destroy closes the storage clients (after Run has returned).
-func (s *Server) Destroy() { s.generic.Destroy() }
+func (s *Server) Destroy() { s.aggregator.GenericAPIServer.Destroy() }
 
 // Run serves until ctx is cancelled.
 func (s *Server) Run(ctx context.Context) error {
-	return s.generic.PrepareRun().RunWithContext(ctx)
+	prepared, err := s.aggregator.PrepareRun()
+	if err != nil {
+		return fmt.Errorf("prepare API server: %w", err)
+	}
+	return prepared.Run(ctx)
 }
 
 // installAPIs creates the storage of every served resource and installs the API groups.
@@ -230,6 +269,9 @@ func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, c
 		if r.scale != nil {
 			m[r.plural+"/scale"] = &scaleREST{store: st, access: r.scale, gr: r.groupResource()}
 		}
+		for sub, rs := range extraSubresources(r, st, strat) {
+			m[r.plural+"/"+sub] = rs
+		}
 	}
 	installDefaultStorageClass(strategies[corev1.Resource("persistentvolumeclaims")],
 		stores[schema.GroupResource{Group: "storage.k8s.io", Resource: "storageclasses"}].Store)
@@ -259,6 +301,9 @@ func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, c
 	}
 	if err := s.InstallAPIGroups(infos...); err != nil {
 		return fmt.Errorf("install API groups: %w", err)
+	}
+	if err := installMetricsAPI(s, scheme, codecs, podStore, stores[corev1.Resource("nodes")], nodes); err != nil {
+		return err
 	}
 	return nil
 }

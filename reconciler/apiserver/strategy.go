@@ -36,6 +36,12 @@ type strategy struct {
 	// generic one.
 	prepareCreate func(ctx context.Context, obj runtime.Object)
 	prepareUpdate func(ctx context.Context, obj, old runtime.Object)
+	// prepareStatusUpdate is the kind's own normalisation of a status update, run after the
+	// generic one.
+	prepareStatusUpdate func(ctx context.Context, obj, old runtime.Object)
+	// resetFields and statusResetFields, when set, replace the fields that the main and the
+	// status resource reset (by default status, and spec).
+	resetFields, statusResetFields *fieldpath.Set
 	// keepStatusOnCreate lets a kind (Node) be created with its status.
 	keepStatusOnCreate bool
 	// defaultTolerationSeconds is the tolerationSeconds of the not-ready/unreachable
@@ -107,6 +113,9 @@ func (s *strategy) Canonicalize(obj runtime.Object)               {}
 func (s *strategy) AllowCreateOnUpdate(context.Context) bool      { return false }
 func (s *strategy) AllowUnconditionalUpdate(context.Context) bool { return true }
 func (s *strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	if s.resetFields != nil {
+		return map[fieldpath.APIVersion]*fieldpath.Set{fieldpath.APIVersion(s.gvk.GroupVersion().String()): s.resetFields}
+	}
 	if !s.hasStatus {
 		return nil
 	}
@@ -127,6 +136,9 @@ func (s statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.O
 			m.SetGeneration(om.GetGeneration())
 		}
 	}
+	if s.prepareStatusUpdate != nil {
+		s.prepareStatusUpdate(ctx, obj, old)
+	}
 }
 
 func (s statusStrategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
@@ -145,6 +157,9 @@ func (s statusStrategy) ValidateUpdate(ctx context.Context, obj, old runtime.Obj
 }
 
 func (s statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	if s.statusResetFields != nil {
+		return map[fieldpath.APIVersion]*fieldpath.Set{fieldpath.APIVersion(s.gvk.GroupVersion().String()): s.statusResetFields}
+	}
 	return map[fieldpath.APIVersion]*fieldpath.Set{
 		fieldpath.APIVersion(s.gvk.GroupVersion().String()): fieldpath.NewSet(fieldpath.MakePathOrDie("spec")),
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os/exec"
+	"regexp"
 	"sync"
 )
 
@@ -25,3 +26,5 @@ func (s *syncBuffer) String() string {
 }
 
 func asExit(err error, target **exec.ExitError) bool { return errors.As(err, target) }
+
+func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }

@@ -15,6 +15,9 @@
 //	dial HOST:PORT          TCP connect, exit 1 on failure
 //	lookup NAME [TYPE]      DNS lookup through /etc/resolv.conf (A, SRV or CNAME)
 //	sleep DURATION          sleep ("inf" for ever)
+//	webhook [PORT]          HTTPS admission webhooks: /validate, /mutate, /slow (see apis.go)
+//	apiserver PORT GROUP VERSION
+//	                        HTTPS aggregated API serving flavours in GROUP/VERSION
 package main
 
 import (
@@ -54,6 +57,10 @@ func run(cmd string, args []string) int {
 	switch cmd {
 	case "serve":
 		return serve(arg(0))
+	case "webhook":
+		return webhook(arg(0))
+	case "apiserver":
+		return apiserver(arg(0), arg(1), arg(2))
 	case "exit":
 		code, _ := strconv.Atoi(arg(0))
 		if t := strings.Join(args[min(1, len(args)):], " "); t != "" {

@@ -26,16 +26,9 @@ func setPod(p *corev1.Pod) {
 		hostNetworkPorts(p.Spec.Containers)
 		hostNetworkPorts(p.Spec.InitContainers)
 	}
-	// Upstream's Priority admission plugin resolves priorityClassName; without a class (and
-	// without a global default class, which we do not ship) the pod gets priority 0.
-	if p.Spec.PriorityClassName == "" {
-		if p.Spec.Priority == nil {
-			p.Spec.Priority = new(int32(0))
-		}
-		if p.Spec.PreemptionPolicy == nil {
-			p.Spec.PreemptionPolicy = new(corev1.PreemptLowerPriority)
-		}
-	}
+	// spec.priority and spec.preemptionPolicy are not defaulted: the Priority admission plugin
+	// (admission_priority.go) resolves them from the PriorityClass, or the global default class,
+	// and refuses a pod whose own value differs.
 }
 
 func setPodTemplate(t *corev1.PodTemplate) {

@@ -78,6 +78,12 @@ func Register(scheme *runtime.Scheme) {
 
 	// storage.k8s.io/v1
 	kind(scheme, &storagev1.StorageClass{}, &storagev1.StorageClassList{}, func(l *storagev1.StorageClassList) []storagev1.StorageClass { return l.Items }, setStorageClass)
+
+	// rbac.authorization.k8s.io/v1, admissionregistration.k8s.io/v1 webhooks, certificates.k8s.io/v1
+	registerRBACWebhooksCertificates(scheme)
+
+	// scheduling.k8s.io/v1, node.k8s.io/v1, autoscaling/v1 and v2
+	registerSchedulingNodeAutoscaling(scheme)
 }
 
 // kind registers fn for the object type and, item by item, for its list type. The scheme does not

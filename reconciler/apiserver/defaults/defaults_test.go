@@ -83,8 +83,6 @@ spec:
     terminationMessagePolicy: File
   dnsPolicy: ClusterFirst
   enableServiceLinks: true
-  preemptionPolicy: PreemptLowerPriority
-  priority: 0
   restartPolicy: Always
   schedulerName: default-scheduler
   securityContext: {}
@@ -1135,8 +1133,6 @@ items:
       terminationMessagePolicy: File
     dnsPolicy: ClusterFirst
     enableServiceLinks: true
-    preemptionPolicy: PreemptLowerPriority
-    priority: 0
     restartPolicy: Always
     schedulerName: default-scheduler
     securityContext: {}

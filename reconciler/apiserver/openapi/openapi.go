@@ -25,8 +25,11 @@ func Definitions() common.GetOpenAPIDefinitions {
 // runtime.APIVersionInternal are left out: we register the versioned Go types a
 // second time as internal, so they would otherwise be advertised as
 // "<group>/__internal" in the extension of the versioned definition.
-func Namer(scheme *runtime.Scheme) *openapinamer.DefinitionNamer {
-	return openapinamer.NewDefinitionNamer(versionedOnly(scheme))
+//
+// The other schemes (apiextensions', the aggregator's) have internal types of their own and
+// are used as they are.
+func Namer(scheme *runtime.Scheme, others ...*runtime.Scheme) *openapinamer.DefinitionNamer {
+	return openapinamer.NewDefinitionNamer(append([]*runtime.Scheme{versionedOnly(scheme)}, others...)...)
 }
 
 // Configure sets cfg.OpenAPIConfig (/openapi/v2) and cfg.OpenAPIV3Config (/openapi/v3,

@@ -9,13 +9,18 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	nodev1 "k8s.io/api/node/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -70,6 +75,18 @@ var servedKinds = []schema.GroupVersionKind{
 	admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy"),
 	admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicyBinding"),
 	storagev1.SchemeGroupVersion.WithKind("StorageClass"),
+	schedulingv1.SchemeGroupVersion.WithKind("PriorityClass"),
+	nodev1.SchemeGroupVersion.WithKind("RuntimeClass"),
+	// v2 first: its Go type is the internal one (the server converts v1 through it).
+	autoscalingv2.SchemeGroupVersion.WithKind("HorizontalPodAutoscaler"),
+	autoscalingv1.SchemeGroupVersion.WithKind("HorizontalPodAutoscaler"),
+	rbacv1.SchemeGroupVersion.WithKind("Role"),
+	rbacv1.SchemeGroupVersion.WithKind("ClusterRole"),
+	rbacv1.SchemeGroupVersion.WithKind("RoleBinding"),
+	rbacv1.SchemeGroupVersion.WithKind("ClusterRoleBinding"),
+	admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingWebhookConfiguration"),
+	admissionregistrationv1.SchemeGroupVersion.WithKind("MutatingWebhookConfiguration"),
+	certificatesv1.SchemeGroupVersion.WithKind("CertificateSigningRequest"),
 	flotillav1alpha1.SchemeGroupVersion.WithKind("GitSource"),
 	// Create-only review kinds kubectl uses (auth can-i, auth whoami).
 	authenticationv1.SchemeGroupVersion.WithKind("TokenReview"),
@@ -98,6 +115,11 @@ func newScheme(t *testing.T) *runtime.Scheme {
 		authenticationv1.AddToScheme,
 		authorizationv1.AddToScheme,
 		storagev1.AddToScheme,
+		schedulingv1.AddToScheme,
+		nodev1.AddToScheme,
+		autoscalingv2.AddToScheme,
+		rbacv1.AddToScheme,
+		certificatesv1.AddToScheme,
 		flotillav1alpha1.AddToScheme,
 	} {
 		if err := add(scheme); err != nil {
@@ -109,7 +131,9 @@ func newScheme(t *testing.T) *runtime.Scheme {
 		if err != nil {
 			t.Fatalf("new %v: %v", gvk, err)
 		}
-		scheme.AddKnownTypeWithName(gvk.GroupKind().WithVersion(runtime.APIVersionInternal), obj)
+		if internal := gvk.GroupKind().WithVersion(runtime.APIVersionInternal); !scheme.Recognizes(internal) {
+			scheme.AddKnownTypeWithName(internal, obj)
+		}
 	}
 	return scheme
 }

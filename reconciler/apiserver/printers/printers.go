@@ -199,4 +199,16 @@ var printersByResource = map[schema.GroupResource]printer{
 	{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies"}:       vapPrinter,
 	{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicybindings"}: vapBindingPrinter,
 	{Group: "storage.k8s.io", Resource: "storageclasses"}:                                  storageClassPrinter,
+
+	{Group: "rbac.authorization.k8s.io", Resource: "roles"}:                              rolePrinter,
+	{Group: "rbac.authorization.k8s.io", Resource: "clusterroles"}:                       clusterRolePrinter,
+	{Group: "rbac.authorization.k8s.io", Resource: "rolebindings"}:                       roleBindingPrinter,
+	{Group: "rbac.authorization.k8s.io", Resource: "clusterrolebindings"}:                clusterRoleBindingPrinter,
+	{Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations"}: validatingWebhookPrinter,
+	{Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations"}:   mutatingWebhookPrinter,
+	{Group: "certificates.k8s.io", Resource: "certificatesigningrequests"}:               csrPrinter,
+
+	{Group: "scheduling.k8s.io", Resource: "priorityclasses"}:    priorityClassPrinter,
+	{Group: "node.k8s.io", Resource: "runtimeclasses"}:           runtimeClassPrinter,
+	{Group: "autoscaling", Resource: "horizontalpodautoscalers"}: hpaPrinter,
 }

@@ -8,12 +8,14 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -114,8 +116,28 @@ func groupValidators(opts Options) map[schema.GroupKind]Funcs {
 			Create: typed(ValidateStorageClass),
 			Update: typed2(ValidateStorageClassUpdate),
 		},
+		rbac("Role"):               {Create: typed(ValidateRole), Update: typed2(ValidateRoleUpdate)},
+		rbac("ClusterRole"):        {Create: typed(ValidateClusterRole), Update: typed2(ValidateClusterRoleUpdate)},
+		rbac("RoleBinding"):        {Create: typed(ValidateRoleBinding), Update: typed2(ValidateRoleBindingUpdate)},
+		rbac("ClusterRoleBinding"): {Create: typed(ValidateClusterRoleBinding), Update: typed2(ValidateClusterRoleBindingUpdate)},
+		admission("ValidatingWebhookConfiguration"): {
+			Create: typed(ValidateValidatingWebhookConfiguration),
+			Update: typed2(ValidateValidatingWebhookConfigurationUpdate),
+		},
+		admission("MutatingWebhookConfiguration"): {
+			Create: typed(ValidateMutatingWebhookConfiguration),
+			Update: typed2(ValidateMutatingWebhookConfigurationUpdate),
+		},
+		// /approval validates with ValidateCertificateSigningRequestApprovalUpdate.
+		{Group: certificatesv1.GroupName, Kind: "CertificateSigningRequest"}: {
+			Create:       typed(ValidateCertificateSigningRequest),
+			Update:       typed2(ValidateCertificateSigningRequestUpdate),
+			StatusUpdate: typed2(ValidateCertificateSigningRequestStatusUpdate),
+		},
 	}
 }
+
+func rbac(kind string) schema.GroupKind { return schema.GroupKind{Group: rbacv1.GroupName, Kind: kind} }
 
 // typed adapts a validation function of one Go type to Funcs.Create.
 func typed[T any](fn func(*T) field.ErrorList) func(runtime.Object) field.ErrorList {

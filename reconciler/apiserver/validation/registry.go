@@ -38,6 +38,9 @@ func For(gk schema.GroupKind, opts Options) (Funcs, bool) {
 	if f, ok := coreValidators(opts)[gk]; ok {
 		return f, true
 	}
+	if f, ok := schedulingNodeAutoscalingValidators()[gk]; ok {
+		return f, true
+	}
 	f, ok := groupValidators(opts)[gk]
 	return f, ok
 }
