@@ -87,6 +87,18 @@ func (m *memFS) find(p string) (*memNode, error) {
 	return n, nil
 }
 
+// existing returns the node at p, an error when there is none.
+func (m *memFS) existing(p string) (*memNode, error) {
+	n, err := m.find(p)
+	if err != nil {
+		return nil, err
+	}
+	if n == nil {
+		return nil, memNotExist(p)
+	}
+	return n, nil
+}
+
 // mkdirAll creates the directory p and its parents and returns it.
 func (m *memFS) mkdirAll(p string) (*memNode, error) {
 	names, ok := memNames(p)
@@ -165,12 +177,9 @@ func (m *memFS) RemoveAll(p string) error {
 
 // Open opens p for reading and writing at offset 0.
 func (m *memFS) Open(p string) (filesys.File, error) {
-	n, err := m.find(p)
+	n, err := m.existing(p)
 	if err != nil {
 		return nil, err
-	}
-	if n == nil {
-		return nil, memNotExist(p)
 	}
 	return &memFile{node: n}, nil
 }
@@ -183,12 +192,9 @@ func (m *memFS) IsDir(p string) bool {
 
 // ReadDir lists the names in directory p, sorted.
 func (m *memFS) ReadDir(p string) ([]string, error) {
-	n, err := m.find(p)
+	n, err := m.existing(p)
 	if err != nil {
 		return nil, err
-	}
-	if n == nil {
-		return nil, memNotExist(p)
 	}
 	if !n.isDir() {
 		return nil, fmt.Errorf("%s is not a directory", p)
@@ -252,12 +258,9 @@ func (m *memFS) Glob(pattern string) ([]string, error) {
 
 // ReadFile returns a copy of the file's content.
 func (m *memFS) ReadFile(p string) ([]byte, error) {
-	n, err := m.find(p)
+	n, err := m.existing(p)
 	if err != nil {
 		return nil, err
-	}
-	if n == nil {
-		return nil, memNotExist(p)
 	}
 	if n.isDir() {
 		return nil, fmt.Errorf("cannot read content from non-file '%s'", n.path)
@@ -273,12 +276,9 @@ func (m *memFS) WriteFile(p string, data []byte) error {
 
 // Walk visits p and everything under it in lexical order, as filepath.Walk does.
 func (m *memFS) Walk(p string, fn filepath.WalkFunc) error {
-	n, err := m.find(p)
+	n, err := m.existing(p)
 	if err != nil {
 		return err
-	}
-	if n == nil {
-		return memNotExist(p)
 	}
 	return n.walk(fn)
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 )
 
@@ -30,7 +31,7 @@ const (
 	PlanDelete    PlanAction = "delete"
 	PlanKeep      PlanAction = "keep"
 	PlanInvalid   PlanAction = "invalid"
-	// PlanRendered is an object listed by an offline plan (not compared with a cluster).
+	// PlanRendered is a valid object of an offline plan (not compared with a cluster).
 	PlanRendered PlanAction = "rendered"
 )
 
@@ -55,8 +56,9 @@ type Plan struct {
 	Source string `json:"source"`
 	// Path is the directory rendered, relative to the repository root.
 	Path string `json:"path"`
-	// Offline plans only render (and check custom resources against the revision's
-	// CustomResourceDefinitions); nothing was compared with a cluster.
+	// Offline plans render and validate every object as the API would (PlanOffline), but
+	// nothing was compared with a cluster: valid objects are "rendered", not create or
+	// update.
 	Offline  bool       `json:"offline"`
 	Items    []PlanItem `json:"items"`
 	Warnings []string   `json:"warnings,omitempty"`
@@ -126,9 +128,14 @@ type PlanOptions struct {
 const DefaultPlanSource = "kube-system/root"
 
 // PlanOffline renders dir in the repository at root exactly as gitsync would and lists
-// the objects, without a cluster. What needs no cluster is checked as gitsync checks it:
-// the CustomResourceDefinitions of the revision, and the custom resources they define
-// against them (invalid items name the field).
+// the objects, without a cluster, in apply order. Every object is checked as the API would
+// check it, so that a revision the API refuses fails offline as it fails online: Prepare
+// runs with the kinds flotilla serves (a kind neither served nor defined by a
+// CustomResourceDefinition of the revision is invalid), the revision's
+// CustomResourceDefinitions and the custom resources they define are checked by CRDCheck,
+// and every other object by apiserver.ValidateOffline (strict decoding, defaulting, the
+// API's validation). Invalid items name the field, in the words of the online plan. What
+// depends on the site is not checked (see ValidateOffline).
 func PlanOffline(root, dir string) (*Plan, error) {
 	objs, err := Render(root, dir)
 	if err != nil {
@@ -136,14 +143,40 @@ func PlanOffline(root, dir string) (*Plan, error) {
 	}
 	p := &Plan{Path: planCleanPath(dir), Offline: true, Items: []PlanItem{}}
 	crds := NewCRDCheck(objs)
+	// As the online plan, with the bootstrap source's label (the label is part of what
+	// is validated).
+	a := &Applier{Mapper: apiserver.OfflineRESTMapper()}
+	objs, fails := a.Prepare(objs, strings.Replace(DefaultPlanSource, "/", ".", 1))
+	for _, f := range fails {
+		p.Items = append(p.Items, PlanItem{Action: PlanInvalid, Reason: f})
+	}
 	for _, o := range objs {
 		it := planItem(PlanRendered, o)
-		if line := planCRDCheck(context.Background(), crds, o); line != "" {
+		line := planCRDCheck(context.Background(), crds, o)
+		if line == "" && !isCRD(o) && !crds.Defines(o.Obj.GroupVersionKind().GroupKind()) {
+			line = planValidateOffline(o)
+		}
+		if line != "" {
 			it.Action, it.Reason = PlanInvalid, line
 		}
 		p.Items = append(p.Items, it)
 	}
 	return p, nil
+}
+
+// planValidateOffline is the failure line of an object of a kind flotilla serves, checked
+// without a cluster by apiserver.ValidateOffline ("" when valid): "file: Kind
+// namespace/name: field: message; ...", as Validate reports a failed dry-run.
+func planValidateOffline(o Object) string {
+	errs := apiserver.ValidateOffline(o.Obj)
+	if len(errs) == 0 {
+		return ""
+	}
+	msgs := make([]string, 0, len(errs))
+	for _, e := range errs {
+		msgs = append(msgs, strings.TrimPrefix(e.Error(), "<nil>: "))
+	}
+	return describe(o) + ": " + strings.Join(msgs, "; ")
 }
 
 // planCRDCheck is gitsync's failure line for a CustomResourceDefinition of the revision, or

@@ -19,7 +19,11 @@ var planSymbols = map[PlanAction]string{
 func (p *Plan) Summary() string {
 	c := p.Counts()
 	if p.Offline {
-		return fmt.Sprintf("Rendered %d object(s) from %s (offline: not compared with a cluster).", c.Rendered, p.Path)
+		s := fmt.Sprintf("Rendered %d object(s) from %s (offline: not compared with a cluster)", c.Rendered+c.Invalid, p.Path)
+		if c.Invalid > 0 {
+			s += fmt.Sprintf(", %d invalid: nothing of this revision would be applied", c.Invalid)
+		}
+		return s + "."
 	}
 	s := fmt.Sprintf("Plan: %d to create, %d to update, %d to delete, %d unchanged", c.Create, c.Update, c.Delete, c.Unchanged)
 	if c.Keep > 0 {
@@ -53,13 +57,25 @@ func planChangeLines(cs []FieldChange) []string {
 	return out
 }
 
+// planOfflineNote says what an offline plan checked.
+const planOfflineNote = "offline: every object validated as flotilla's API would, nothing compared with a cluster, site-dependent checks skipped"
+
 // Text is the plan for a terminal: one line per object (unchanged objects only counted),
-// the changed fields of updates indented below, the summary last.
+// the changed fields of updates indented below, the summary last. Offline, the invalid
+// objects come first, then every valid one with its file.
 func (p *Plan) Text() string {
 	var b strings.Builder
 	if p.Offline {
+		fmt.Fprintf(&b, "flotilla plan: path %s (%s)\n", p.Path, planOfflineNote)
 		for _, it := range p.Items {
-			fmt.Fprintf(&b, "%s%s\n", planPrefixFile(it.File), it.Ref())
+			if it.Action == PlanInvalid {
+				fmt.Fprintf(&b, "! invalid  %s\n", it.Reason)
+			}
+		}
+		for _, it := range p.Items {
+			if it.Action != PlanInvalid {
+				fmt.Fprintf(&b, "%s%s\n", planPrefixFile(it.File), it.Ref())
+			}
 		}
 		b.WriteString(p.Summary() + "\n")
 		return b.String()
@@ -113,12 +129,15 @@ func (p *Plan) Markdown() string {
 	case p.HasChanges():
 		icon = "📝"
 	}
-	if p.Offline {
+	if p.Offline && icon != "❌" {
 		icon = "📄"
 	}
 	fmt.Fprintf(&b, "%s **flotilla plan** `%s`: %s\n\n", icon, p.Path, p.Summary())
 	if p.Source != "" {
 		fmt.Fprintf(&b, "GitSource `%s`, path `%s`.\n\n", p.Source, p.Path)
+	}
+	if p.Offline {
+		b.WriteString(strings.ToUpper(planOfflineNote[:1]) + planOfflineNote[1:] + ".\n\n")
 	}
 	for _, w := range p.Warnings {
 		fmt.Fprintf(&b, "> ⚠️ %s\n\n", planMdCell(w))

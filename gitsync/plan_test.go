@@ -2,6 +2,8 @@ package gitsync
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -202,7 +204,18 @@ Plan: 1 to create, 1 to update, 1 to delete, 1 unchanged, 1 kept, 1 invalid: not
 		t.Errorf("Text:\n%s\nwant:\n%s", got, want)
 	}
 	off := &Plan{Offline: true, Path: "sites/a", Items: []PlanItem{{Action: PlanRendered, Kind: "Namespace", Name: "demo", File: "base/ns.yaml"}}}
-	if got, want := off.Text(), "base/ns.yaml: Namespace demo\nRendered 1 object(s) from sites/a (offline: not compared with a cluster).\n"; got != want {
+	off.Items = append(off.Items, PlanItem{Action: PlanInvalid, Kind: "Deployment", Namespace: "demo", Name: "bad", File: "base/bad.yaml",
+		Reason: "base/bad.yaml: Deployment demo/bad: spec.template.spec.containers[0].image: Required value"})
+	want = `flotilla plan: path sites/a (` + planOfflineNote + `)
+! invalid  base/bad.yaml: Deployment demo/bad: spec.template.spec.containers[0].image: Required value
+base/ns.yaml: Namespace demo
+Rendered 2 object(s) from sites/a (offline: not compared with a cluster), 1 invalid: nothing of this revision would be applied.
+`
+	if got := off.Text(); got != want {
+		t.Errorf("offline Text:\n%s\nwant:\n%s", got, want)
+	}
+	off.Items = off.Items[:1]
+	if got, want := off.Text(), "flotilla plan: path sites/a ("+planOfflineNote+")\nbase/ns.yaml: Namespace demo\nRendered 1 object(s) from sites/a (offline: not compared with a cluster).\n"; got != want {
 		t.Errorf("offline Text = %q, want %q", got, want)
 	}
 }
@@ -257,5 +270,35 @@ func TestPlanJSON(t *testing.T) {
 	}
 	if !strings.Contains(string(b), `"action": "update"`) || !strings.Contains(string(b), `"path": "spec.replicas"`) {
 		t.Errorf("JSON field names: %s", b)
+	}
+}
+
+// TestPlanOfflineExamples: every example repository passes the offline plan, which validates
+// each object as the API would (the examples pass a server-side dry-run in examples/).
+func TestPlanOfflineExamples(t *testing.T) {
+	root := filepath.Join("..", "examples")
+	dirs := [][2]string{{"hello", "."}, {"web-statefulset", "."}, {"node-agent-daemonset", "."}}
+	sites, err := os.ReadDir(filepath.Join(root, "fleet", "sites"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sites {
+		dirs = append(dirs, [2]string{"fleet", "sites/" + s.Name()})
+	}
+	for _, d := range dirs {
+		t.Run(d[0]+"/"+d[1], func(t *testing.T) {
+			p, err := PlanOffline(filepath.Join(root, d[0]), d[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Items) == 0 {
+				t.Fatal("no objects")
+			}
+			for _, it := range p.Items {
+				if it.Action != PlanRendered {
+					t.Errorf("%s: %s %s", it.Ref(), it.Action, it.Reason)
+				}
+			}
+		})
 	}
 }

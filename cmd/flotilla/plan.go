@@ -32,8 +32,14 @@ func newPlanCommand() *cobra.Command {
 		Long: `plan renders REPO_DIR (default .) at --path exactly as gitsync does. With --kubeconfig it
 server-side dry-runs every object as gitsync would apply it (nothing on the server changes)
 and compares the result with the live object; objects of the GitSource's inventory that are
-no longer rendered are listed as delete (or keep, with the reason). Without --kubeconfig it
-only renders and lists the objects.
+no longer rendered are listed as delete (or keep, with the reason).
+
+Without --kubeconfig (offline, e.g. a CI job that cannot reach the site) it validates every
+object as flotilla's API would, without a cluster: decoded strictly (a field the kind does
+not declare is an error), defaulted and checked by the API's own validation; a kind that
+flotilla does not serve and no CustomResourceDefinition of the revision defines is invalid.
+It lists the objects but compares nothing; what depends on the site (other objects, its
+service CIDR and node port range, admission webhooks) is checked only with --kubeconfig.
 
 Custom resources whose CustomResourceDefinition is in the same revision are checked against
 that definition as gitsync checks them (OpenAPI schema, defaults, CEL rules), with or
@@ -60,7 +66,7 @@ when the plan is valid and changes something, 0 when it changes nothing.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the site to compare with; without it the plan only renders (offline)")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the site to compare with; without it the plan renders and validates offline")
 	f.StringVar(&o.source, "source", gitsync.DefaultPlanSource, "GitSource NAMESPACE/NAME whose inventory, path and label the plan uses")
 	f.StringVar(&o.path, "path", "", "directory in the repository to render (default: the GitSource's spec.path, offline the root)")
 	f.StringVar(&o.output, "output", "text", "output format: text, markdown (for a pull-request comment) or json")

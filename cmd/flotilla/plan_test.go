@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/go-git/go-git/v5"
 )
 
 const planTestCRD = `apiVersion: apiextensions.k8s.io/v1
@@ -79,5 +81,102 @@ func TestPlanOfflineNamesAndCRDs(t *testing.T) {
 	want := dir + "/bad.yaml: Widget demo/bad: spec.size: Invalid value: 11: spec.size in body should be less than or equal to 10"
 	if !strings.Contains(out.String(), want) {
 		t.Fatalf("plan does not name the field (%q):\n%s", want, out.String())
+	}
+}
+
+const planTestDeployment = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.27
+        ports: [{name: http, containerPort: 80}]
+`
+
+// TestPlanOfflineValidates: without a cluster, plan validates every object as the API would
+// (defaults, validation, strict fields, served kinds): a valid repository passes, and an
+// invalid Deployment, an undeclared field or a kind nobody serves fail it, naming the object
+// and the field as an online plan does.
+func TestPlanOfflineValidates(t *testing.T) {
+	repo := planTestRepo(t, map[string]string{
+		"app/kustomization.yaml": "resources: [ns.yaml, web.yaml, svc.yaml, cm.yaml, ing.yaml]\n",
+		"app/ns.yaml":            "apiVersion: v1\nkind: Namespace\nmetadata: {name: demo}\n",
+		"app/web.yaml":           planTestDeployment,
+		"app/svc.yaml":           "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: demo}\nspec: {selector: {app: web}, ports: [{port: 80, targetPort: http}]}\n",
+		"app/cm.yaml":            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg, namespace: demo}\ndata: {KEY: v}\n",
+		"app/ing.yaml": `apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: demo}
+spec:
+  rules:
+  - host: web.example.com
+    http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
+`,
+	})
+	if _, err := git.PlainInit(repo, false); err != nil {
+		t.Fatal(err)
+	}
+	plan := func(output string, detailed bool) (string, int, error) {
+		t.Helper()
+		var out bytes.Buffer
+		code, err := runPlan(context.Background(), planOptions{path: "app", output: output, detailed: detailed}, repo, &out)
+		return out.String(), code, err
+	}
+
+	out, code, err := plan("text", true)
+	if err != nil || code != 0 {
+		t.Fatalf("valid revision: code %d, err %v\n%s", code, err, out)
+	}
+	for _, want := range []string{"flotilla plan: path app (offline: every object validated as flotilla's API would", "app/web.yaml: Deployment default/web\n",
+		"app/ing.yaml: Ingress demo/web\n", "Rendered 5 object(s) from app (offline: not compared with a cluster).\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("valid plan lacks %q:\n%s", want, out)
+		}
+	}
+
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(repo, "app", name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("web.yaml", strings.Replace(planTestDeployment, "        image: nginx:1.27\n", "", 1))
+	out, code, err = plan("text", true)
+	if code != 1 || err == nil || !strings.Contains(err.Error(), "1 object(s) failed validation") {
+		t.Fatalf("invalid Deployment: code %d, err %v\n%s", code, err, out)
+	}
+	for _, want := range []string{
+		"! invalid  app/web.yaml: Deployment default/web: spec.template.spec.containers[0].image: Required value",
+		"Rendered 5 object(s) from app (offline: not compared with a cluster), 1 invalid: nothing of this revision would be applied.",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("invalid plan lacks %q:\n%s", want, out)
+		}
+	}
+
+	// An undeclared field, and a kind that is neither served nor defined by the revision.
+	write("web.yaml", strings.Replace(planTestDeployment, "selector:", "replica: 2\n  selector:", 1))
+	write("kustomization.yaml", "resources: [ns.yaml, web.yaml, svc.yaml, cm.yaml, ing.yaml, widget.yaml]\n")
+	write("widget.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w, namespace: demo}\n")
+	out, code, err = plan("json", false)
+	if code != 1 || err == nil || !strings.Contains(err.Error(), "2 object(s) failed validation") {
+		t.Fatalf("undeclared field and unknown kind: code %d, err %v\n%s", code, err, out)
+	}
+	for _, want := range []string{
+		`"reason": "app/web.yaml: Deployment default/web: spec.replica: Forbidden: field not declared in schema"`,
+		`"reason": "app/widget.yaml: Widget demo/w: kind example.com/v1, Kind=Widget is not served by the API"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("json plan lacks %s:\n%s", want, out)
+		}
+	}
+	out, _, _ = plan("markdown", false)
+	if !strings.HasPrefix(out, "❌ **flotilla plan** `app`: Rendered 6 object(s)") || !strings.Contains(out, "Offline: every object validated") {
+		t.Errorf("markdown plan:\n%s", out)
 	}
 }

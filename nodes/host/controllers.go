@@ -22,6 +22,7 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/serviceaccount"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/servicelb"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/statefulset"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/unenforced"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumebinding"
 	"github.com/flotilla-dev/flotilla/reconciler/scheduler"
 )
@@ -44,6 +45,7 @@ func controllerList(cfg Config) []controllers.Named {
 		{Name: "volumebinding", New: volumebinding.New, Workers: 2},
 		{Name: "localvolume", New: func(c *controllers.Context) (controllers.Runner, error) { return localvolume.New(c) }, Workers: 2},
 		{Name: "serviceaccount", New: serviceaccount.New, Workers: 1},
+		{Name: "unenforced", New: unenforced.New, Workers: 1},
 		{Name: "garbagecollector", New: func(c *controllers.Context) (controllers.Runner, error) { return garbagecollector.New(c) }, Workers: 3},
 		{Name: "endpointslice", New: endpointslice.New, Workers: 3},
 		{Name: "nodelifecycle", New: func(c *controllers.Context) (controllers.Runner, error) {

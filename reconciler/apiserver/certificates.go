@@ -153,13 +153,7 @@ func (s csrApprovalStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpat
 // newApprovalREST serves certificatesigningrequests/approval on the main resource's storage,
 // like newStatusREST does for /status.
 func newApprovalREST(main *genericregistry.Store, strat *strategy) *statusREST {
-	st := *main
-	as := csrApprovalStrategy{strat}
-	st.UpdateStrategy = as
-	st.ResetFieldsStrategy = as
-	st.CreateStrategy = nil
-	st.BeginCreate, st.BeginUpdate, st.AfterDelete = nil, nil, nil
-	return &statusREST{store: &st}
+	return newSubresourceREST(main, csrApprovalStrategy{strat})
 }
 
 // webhookConfigurationHooks counts generations of Validating and MutatingWebhookConfigurations

@@ -78,8 +78,8 @@ func newMetricsStorage(pods, nodes metricsSource, conn NodeConnection) (map[stri
 	}
 	sums := newSummaries(d.transport)
 	return map[string]rest.Storage{
-		"nodes": &nodeMetricsREST{nodes: nodes, sums: sums, now: time.Now},
-		"pods":  &podMetricsREST{pods: pods, nodes: nodes, sums: sums, now: time.Now},
+		"nodes": &nodeMetricsREST{metricsREST{nodes: nodes, sums: sums, now: time.Now}},
+		"pods":  &podMetricsREST{metricsREST: metricsREST{nodes: nodes, sums: sums, now: time.Now}, pods: pods},
 	}, nil
 }
 
@@ -241,23 +241,56 @@ func memoryQuantity(bytes uint64) apiresource.Quantity {
 	return *apiresource.NewQuantity(int64(bytes), apiresource.BinarySI)
 }
 
-// nodeMetricsREST serves metrics.k8s.io nodes.
-type nodeMetricsREST struct {
+// metricsREST is what the metrics storages share: the Nodes, the summaries of their node
+// agents and the clock.
+type metricsREST struct {
 	nodes metricsSource
 	sums  *summaries
 	now   func() time.Time
 }
 
+func (metricsREST) Destroy() {}
+
+// metricsStorage is what the metrics storages implement.
+type metricsStorage interface {
+	rest.Getter
+	rest.Lister
+	rest.Scoper
+	rest.SingularNameProvider
+	rest.TableConvertor
+}
+
 var (
-	_ rest.Getter               = &nodeMetricsREST{}
-	_ rest.Lister               = &nodeMetricsREST{}
-	_ rest.Scoper               = &nodeMetricsREST{}
-	_ rest.SingularNameProvider = &nodeMetricsREST{}
+	_ metricsStorage = &nodeMetricsREST{}
+	_ metricsStorage = &podMetricsREST{}
 )
+
+// metricsTable is the table of obj: one metrics object (*M), or a list of them (*L) whose
+// items items returns. row makes the row of one object.
+func metricsTable[M, L any](obj runtime.Object, items func(*L) []M, row func(*M) metav1.TableRow) (*metav1.Table, error) {
+	var ms []M
+	switch o := any(obj).(type) {
+	case *M:
+		ms = []M{*o}
+	case *L:
+		ms = items(o)
+	default:
+		return nil, fmt.Errorf("unexpected object %T", obj)
+	}
+	t := &metav1.Table{ColumnDefinitions: metricsColumns}
+	for i := range ms {
+		t.Rows = append(t.Rows, row(&ms[i]))
+	}
+	return t, nil
+}
+
+// nodeMetricsREST serves metrics.k8s.io nodes.
+type nodeMetricsREST struct {
+	metricsREST
+}
 
 func (r *nodeMetricsREST) New() runtime.Object     { return &metricsv1beta1.NodeMetrics{} }
 func (r *nodeMetricsREST) NewList() runtime.Object { return &metricsv1beta1.NodeMetricsList{} }
-func (r *nodeMetricsREST) Destroy()                {}
 func (r *nodeMetricsREST) NamespaceScoped() bool   { return false }
 func (r *nodeMetricsREST) GetSingularName() string { return "node" }
 
@@ -314,40 +347,18 @@ func (r *nodeMetricsREST) List(ctx context.Context, opts *metainternalversion.Li
 }
 
 func (r *nodeMetricsREST) ConvertToTable(_ context.Context, obj runtime.Object, _ runtime.Object) (*metav1.Table, error) {
-	var items []metricsv1beta1.NodeMetrics
-	switch o := obj.(type) {
-	case *metricsv1beta1.NodeMetrics:
-		items = []metricsv1beta1.NodeMetrics{*o}
-	case *metricsv1beta1.NodeMetricsList:
-		items = o.Items
-	default:
-		return nil, fmt.Errorf("unexpected object %T", obj)
-	}
-	t := &metav1.Table{ColumnDefinitions: metricsColumns}
-	for i := range items {
-		m := &items[i]
-		t.Rows = append(t.Rows, metricsRow(m, m.Name, m.Usage, m.Window))
-	}
-	return t, nil
+	return metricsTable(obj, func(l *metricsv1beta1.NodeMetricsList) []metricsv1beta1.NodeMetrics { return l.Items },
+		func(m *metricsv1beta1.NodeMetrics) metav1.TableRow { return metricsRow(m, m.Name, m.Usage, m.Window) })
 }
 
 // podMetricsREST serves metrics.k8s.io pods.
 type podMetricsREST struct {
-	pods, nodes metricsSource
-	sums        *summaries
-	now         func() time.Time
+	metricsREST
+	pods metricsSource
 }
-
-var (
-	_ rest.Getter               = &podMetricsREST{}
-	_ rest.Lister               = &podMetricsREST{}
-	_ rest.Scoper               = &podMetricsREST{}
-	_ rest.SingularNameProvider = &podMetricsREST{}
-)
 
 func (r *podMetricsREST) New() runtime.Object     { return &metricsv1beta1.PodMetrics{} }
 func (r *podMetricsREST) NewList() runtime.Object { return &metricsv1beta1.PodMetricsList{} }
-func (r *podMetricsREST) Destroy()                {}
 func (r *podMetricsREST) NamespaceScoped() bool   { return true }
 func (r *podMetricsREST) GetSingularName() string { return "pod" }
 
@@ -471,29 +482,18 @@ func (r *podMetricsREST) List(ctx context.Context, opts *metainternalversion.Lis
 }
 
 func (r *podMetricsREST) ConvertToTable(_ context.Context, obj runtime.Object, _ runtime.Object) (*metav1.Table, error) {
-	var items []metricsv1beta1.PodMetrics
-	switch o := obj.(type) {
-	case *metricsv1beta1.PodMetrics:
-		items = []metricsv1beta1.PodMetrics{*o}
-	case *metricsv1beta1.PodMetricsList:
-		items = o.Items
-	default:
-		return nil, fmt.Errorf("unexpected object %T", obj)
-	}
-	t := &metav1.Table{ColumnDefinitions: metricsColumns}
-	for i := range items {
-		m := &items[i]
-		total := corev1.ResourceList{}
-		for _, c := range m.Containers {
-			for name, q := range c.Usage {
-				sum := total[name]
-				sum.Add(q)
-				total[name] = sum
+	return metricsTable(obj, func(l *metricsv1beta1.PodMetricsList) []metricsv1beta1.PodMetrics { return l.Items },
+		func(m *metricsv1beta1.PodMetrics) metav1.TableRow {
+			total := corev1.ResourceList{}
+			for _, c := range m.Containers {
+				for name, q := range c.Usage {
+					sum := total[name]
+					sum.Add(q)
+					total[name] = sum
+				}
 			}
-		}
-		t.Rows = append(t.Rows, metricsRow(m, m.Name, total, m.Window))
-	}
-	return t, nil
+			return metricsRow(m, m.Name, total, m.Window)
+		})
 }
 
 var metricsColumns = []metav1.TableColumnDefinition{

@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -28,13 +27,11 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
-	"k8s.io/apiserver/pkg/util/compatibility"
 	restclient "k8s.io/client-go/rest"
 	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
 	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 
 	"github.com/flotilla-dev/flotilla/nodes/agent/stats"
-	"github.com/flotilla-dev/flotilla/reconciler/apiserver/openapi"
 )
 
 // fakeObjects is a read-only storage of Pods or Nodes for the metrics storages.
@@ -131,15 +128,7 @@ func fakeAgent(t *testing.T, token string, sum *stats.Summary, requests *atomic.
 // real one, every request authenticated as an admin, and the metrics API installed.
 func newTestAPIServer(t *testing.T, pods, nodes metricsSource, conn NodeConnection) *httptest.Server {
 	t.Helper()
-	scheme := NewScheme()
-	codecs := serializer.NewCodecFactory(scheme)
-	gc := genericapiserver.NewConfig(codecs)
-	gc.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
-	gc.LoopbackClientConfig = &restclient.Config{}
-	gc.ExternalAddress = "127.0.0.1:6443"
-	namer := openapi.Namer(scheme)
-	gc.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(openapi.GetOpenAPIDefinitions, namer)
-	gc.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(openapi.GetOpenAPIDefinitions, namer)
+	scheme, codecs, gc := newTestGenericConfig()
 	gc.Authentication.Authenticator = authenticator.RequestFunc(func(*http.Request) (*authenticator.Response, bool, error) {
 		return &authenticator.Response{User: &user.DefaultInfo{Name: "admin", Groups: []string{user.SystemPrivilegedGroup}}}, true, nil
 	})

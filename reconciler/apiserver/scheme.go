@@ -6,6 +6,8 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
@@ -45,6 +47,7 @@ func NewScheme() *runtime.Scheme {
 		storagev1.AddToScheme,
 		schedulingv1.AddToScheme, nodev1.AddToScheme, autoscalingv2.AddToScheme,
 		rbacv1.AddToScheme, certificatesv1.AddToScheme,
+		authenticationv1.AddToScheme, authorizationv1.AddToScheme,
 		metricsv1beta1.AddToScheme,
 		flotillav1alpha1.AddToScheme,
 	}
@@ -98,6 +101,7 @@ func servedGroupVersions() []schema.GroupVersion {
 		admissionregistrationv1.SchemeGroupVersion, storagev1.SchemeGroupVersion,
 		schedulingv1.SchemeGroupVersion, nodev1.SchemeGroupVersion,
 		rbacv1.SchemeGroupVersion, certificatesv1.SchemeGroupVersion,
+		authenticationv1.SchemeGroupVersion, authorizationv1.SchemeGroupVersion,
 		metricsv1beta1.SchemeGroupVersion,
 		flotillav1alpha1.SchemeGroupVersion,
 	}

@@ -85,30 +85,16 @@ func addAutoscalingConversions(s *runtime.Scheme) error {
 		{(*autoscalingv1.HorizontalPodAutoscalerList)(nil), (*autoscalingv2.HorizontalPodAutoscalerList)(nil), func(a, b any, _ conversion.Scope) error {
 			in, out := a.(*autoscalingv1.HorizontalPodAutoscalerList), b.(*autoscalingv2.HorizontalPodAutoscalerList)
 			out.ListMeta = *in.ListMeta.DeepCopy()
-			out.Items = nil
-			if in.Items != nil {
-				out.Items = make([]autoscalingv2.HorizontalPodAutoscaler, len(in.Items))
-			}
-			for i := range in.Items {
-				if err := convertHPAv1ToV2(&in.Items[i], &out.Items[i]); err != nil {
-					return err
-				}
-			}
-			return nil
+			var err error
+			out.Items, err = convertHPAItems(in.Items, convertHPAv1ToV2)
+			return err
 		}},
 		{(*autoscalingv2.HorizontalPodAutoscalerList)(nil), (*autoscalingv1.HorizontalPodAutoscalerList)(nil), func(a, b any, _ conversion.Scope) error {
 			in, out := a.(*autoscalingv2.HorizontalPodAutoscalerList), b.(*autoscalingv1.HorizontalPodAutoscalerList)
 			out.ListMeta = *in.ListMeta.DeepCopy()
-			out.Items = nil
-			if in.Items != nil {
-				out.Items = make([]autoscalingv1.HorizontalPodAutoscaler, len(in.Items))
-			}
-			for i := range in.Items {
-				if err := convertHPAv2ToV1(&in.Items[i], &out.Items[i]); err != nil {
-					return err
-				}
-			}
-			return nil
+			var err error
+			out.Items, err = convertHPAItems(in.Items, convertHPAv2ToV1)
+			return err
 		}},
 	}
 	for _, f := range funcs {
@@ -117,6 +103,21 @@ func addAutoscalingConversions(s *runtime.Scheme) error {
 		}
 	}
 	return nil
+}
+
+// convertHPAItems converts the items of an HPA list one by one with convert (nil stays nil),
+// stopping at the first error.
+func convertHPAItems[A, B any](in []A, convert func(*A, *B) error) ([]B, error) {
+	if in == nil {
+		return nil, nil
+	}
+	out := make([]B, len(in))
+	for i := range in {
+		if err := convert(&in[i], &out[i]); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }
 
 // dropHPARoundTripAnnotations returns a copy of annotations without the round-trip ones (nil

@@ -194,6 +194,9 @@ func New(cfg Config) (*Server, error) {
 	if err := installAPIs(generic, scheme, codecs, gc.RESTOptionsGetter, cfg.Validation, cfg.DefaultTolerationSeconds, cfg.Nodes); err != nil {
 		return nil, err
 	}
+	if err := installReviewAPIs(generic, scheme, codecs, gc.Authentication.Authenticator, gc.Authentication.APIAudiences, gc.Authorization.Authorizer); err != nil {
+		return nil, err
+	}
 	generic.AddPostStartHookOrDie("flotilla-start-informers", func(hc genericapiserver.PostStartHookContext) error {
 		informerFactory.Start(hc.Done())
 		return nil

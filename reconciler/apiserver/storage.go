@@ -85,10 +85,21 @@ type statusREST struct {
 }
 
 func newStatusREST(main *genericregistry.Store, strat *strategy) *statusREST {
+	return newSubresourceREST(main, statusStrategy{strat})
+}
+
+// subresourceStrategy is the strategy of a subresource that updates a part of the object.
+type subresourceStrategy interface {
+	rest.RESTUpdateStrategy
+	rest.ResetFieldsStrategy
+}
+
+// newSubresourceREST serves a subresource on the main resource's storage: updates through
+// strat, nothing created.
+func newSubresourceREST(main *genericregistry.Store, strat subresourceStrategy) *statusREST {
 	st := *main
-	ss := statusStrategy{strat}
-	st.UpdateStrategy = ss
-	st.ResetFieldsStrategy = ss
+	st.UpdateStrategy = strat
+	st.ResetFieldsStrategy = strat
 	st.CreateStrategy = nil
 	st.BeginCreate, st.BeginUpdate, st.AfterDelete = nil, nil, nil
 	return &statusREST{store: &st}

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +25,7 @@ func TestPriorityRuntimeClassAutoscaling(t *testing.T) {
 		`(?m)^runtimeclasses\s+node.k8s.io/v1\s+false\s+RuntimeClass$`,
 		`(?m)^horizontalpodautoscalers\s+hpa\s+autoscaling/v2\s+true\s+HorizontalPodAutoscaler$`,
 	} {
-		if !matchesRE(want, out) {
+		if !regexpMatch(want, out) {
 			t.Errorf("api-resources lacks %s:\n%s", want, out)
 		}
 	}
@@ -42,7 +41,7 @@ func TestPriorityRuntimeClassAutoscaling(t *testing.T) {
 	}
 	for _, want := range []string{`(?m)^system-cluster-critical\s+2000000000\s+false\s+\S+\s+PreemptLowerPriority$`,
 		`(?m)^system-node-critical\s+2000001000\s+false\s+\S+\s+PreemptLowerPriority$`} {
-		if !matchesRE(want, out) {
+		if !regexpMatch(want, out) {
 			t.Errorf("kubectl get pc lacks %s:\n%s", want, out)
 		}
 	}
@@ -153,8 +152,8 @@ spec:
 		t.Errorf("v1 HPA read as v2: metrics %+v", v2.Spec.Metrics)
 	}
 	out = a.MustKubectl("", "get", "hpa", "api")
-	if !matchesRE(`(?m)^NAME\s+REFERENCE\s+TARGETS\s+MINPODS\s+MAXPODS\s+REPLICAS\s+AGE$`, out) ||
-		!matchesRE(`(?m)^api\s+Deployment/api\s+cpu: <unknown>/40%\s+1\s+3\s+0\s+\S+$`, out) {
+	if !regexpMatch(`(?m)^NAME\s+REFERENCE\s+TARGETS\s+MINPODS\s+MAXPODS\s+REPLICAS\s+AGE$`, out) ||
+		!regexpMatch(`(?m)^api\s+Deployment/api\s+cpu: <unknown>/40%\s+1\s+3\s+0\s+\S+$`, out) {
 		t.Errorf("kubectl get hpa:\n%s", out)
 	}
 	if _, errOut, err := a.Kubectl("apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: bad, namespace: default}\n"+
@@ -192,5 +191,3 @@ spec: {hard: {pods: "10"}}
 		t.Errorf("ResourceQuota apply: %v, want the warning:\n%s", err, errOut)
 	}
 }
-
-func matchesRE(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }

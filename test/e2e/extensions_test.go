@@ -223,6 +223,52 @@ func TestWebhooksAndAggregation(t *testing.T) {
 		}
 	})
 
+	t.Run("a CRD converts between versions through a webhook served by a pod", func(t *testing.T) {
+		apply(t, h, fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: paints.example.flotilla.dev}
+spec:
+  group: example.flotilla.dev
+  scope: Namespaced
+  names: {plural: paints, singular: paint, kind: Paint}
+  conversion:
+    strategy: Webhook
+    webhook:
+      conversionReviewVersions: [v1]
+      clientConfig:
+        service: {namespace: default, name: hook, path: /convert}
+        caBundle: %s
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {colour: {type: string}}}
+  - name: v2
+    served: true
+    storage: false
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {color: {type: string}}}
+`, base64.StdEncoding.EncodeToString(cert)))
+		waitFor(t, 30*time.Second, "a v1 paint created", func() (bool, string) {
+			out, err := h.Kubectl(ctx, "apiVersion: example.flotilla.dev/v1\nkind: Paint\nmetadata: {name: red}\nspec: {colour: red}\n", "apply", "-f", "-")
+			return err == nil, out + fmt.Sprint(err)
+		})
+		if out := kubectlOut(t, h, "get", "paints.v2.example.flotilla.dev", "red", "-o", "jsonpath={.apiVersion} {.spec.color}"); out != "example.flotilla.dev/v2 red" {
+			t.Errorf("v1 paint read as v2 = %q, want the webhook's conversion", out)
+		}
+		apply(t, h, "apiVersion: example.flotilla.dev/v2\nkind: Paint\nmetadata: {name: blue}\nspec: {color: blue}\n")
+		if out := kubectlOut(t, h, "get", "paints.v1.example.flotilla.dev", "blue", "-o", "jsonpath={.spec.colour}"); out != "blue" {
+			t.Errorf("v2 paint read as v1: spec.colour = %q, want blue", out)
+		}
+	})
+
 	t.Run("a webhook that times out refuses the write with Fail and passes with Ignore", func(t *testing.T) {
 		secret := func(name string) error {
 			_, err := c.CoreV1().Secrets("guarded").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})

@@ -13,6 +13,9 @@ import (
 	"math/big"
 	"net/http"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
 	"time"
 )
 
@@ -24,6 +27,7 @@ import (
 //	/validate  denies objects labelled deny=true, allows everything else
 //	/mutate    adds the annotation toolbox.flotilla.dev/mutated=true
 //	/slow      answers after 15 s (for timeoutSeconds and failurePolicy)
+//	/convert   CRD conversion between v1 (spec.colour) and v2 (spec.color) of any group
 func webhook(port string) int {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/validate", review(func(obj objectMeta) reviewResponse {
@@ -46,8 +50,43 @@ func webhook(port string) int {
 		time.Sleep(15 * time.Second)
 		review(func(objectMeta) reviewResponse { return reviewResponse{Allowed: true} })(w, r)
 	})
+	mux.HandleFunc("/convert", convert)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	return serveTLS(port, mux)
+}
+
+// convert answers an apiextensions.k8s.io/v1 ConversionReview: v2 calls spec.colour color.
+func convert(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		APIVersion string `json:"apiVersion"`
+		Request    struct {
+			UID               string           `json:"uid"`
+			DesiredAPIVersion string           `json:"desiredAPIVersion"`
+			Objects           []map[string]any `json:"objects"`
+		} `json:"request"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	from, to := "color", "colour"
+	if strings.HasSuffix(in.Request.DesiredAPIVersion, "/v2") {
+		from, to = "colour", "color"
+	}
+	out := make([]map[string]any, 0, len(in.Request.Objects))
+	for _, obj := range in.Request.Objects {
+		obj["apiVersion"] = in.Request.DesiredAPIVersion
+		if spec, ok := obj["spec"].(map[string]any); ok {
+			if v, ok := spec[from]; ok {
+				spec[to] = v
+				delete(spec, from)
+			}
+		}
+		out = append(out, obj)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"apiVersion": in.APIVersion, "kind": "ConversionReview",
+		"response": map[string]any{"uid": in.Request.UID, "convertedObjects": out, "result": map[string]any{"status": "Success"}}})
 }
 
 type objectMeta struct {
@@ -136,6 +175,13 @@ func serveTLS(port string, h http.Handler) int {
 	}
 	srv := &http.Server{Addr: ":" + port, Handler: h, ReadHeaderTimeout: 5 * time.Second,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
+	// PID 1 of a container gets no default SIGTERM handling: stop on it explicitly.
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM)
+	go func() {
+		<-stop
+		_ = srv.Close()
+	}()
 	fmt.Printf("serving TLS on :%s\n", port)
 	if err := srv.ListenAndServeTLS("", ""); err != nil && err != http.ErrServerClosed {
 		return fail("%v", err)

@@ -15,6 +15,7 @@
 //	dial HOST:PORT          TCP connect, exit 1 on failure
 //	lookup NAME [TYPE]      DNS lookup through /etc/resolv.conf (A, SRV or CNAME)
 //	sleep DURATION          sleep ("inf" for ever)
+//	burn DURATION           keep one CPU busy for DURATION, then sleep until stopped
 //	webhook [PORT]          HTTPS admission webhooks: /validate, /mutate, /slow (see apis.go)
 //	apiserver PORT GROUP VERSION
 //	                        HTTPS aggregated API serving flavours in GROUP/VERSION
@@ -28,6 +29,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,6 +59,20 @@ func run(cmd string, args []string) int {
 	switch cmd {
 	case "serve":
 		return serve(arg(0))
+	case "burn":
+		d, err := time.ParseDuration(arg(0))
+		if err != nil {
+			return fail("burn DURATION: %v", err)
+		}
+		fmt.Printf("burning one CPU for %s\n", d)
+		for end, x := time.Now().Add(d), 0; time.Now().Before(end); {
+			for i := 0; i < 1_000_000; i++ {
+				x += i
+			}
+			_ = x
+		}
+		fmt.Println("done burning")
+		return run("sleep", []string{"inf"})
 	case "webhook":
 		return webhook(arg(0))
 	case "apiserver":
@@ -78,7 +94,10 @@ func run(cmd string, args []string) int {
 			buf = append(buf, b)
 		}
 		fmt.Printf("allocated %d MiB\n", len(buf))
-		select {}
+		// A bare select{} is a deadlock to the Go runtime: sleep until stopped, holding buf.
+		code := run("sleep", []string{"inf"})
+		runtime.KeepAlive(buf)
+		return code
 	case "signals":
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, syscall.SIGTERM)

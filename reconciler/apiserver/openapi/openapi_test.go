@@ -93,6 +93,7 @@ var servedKinds = []schema.GroupVersionKind{
 	authenticationv1.SchemeGroupVersion.WithKind("SelfSubjectReview"),
 	authorizationv1.SchemeGroupVersion.WithKind("SubjectAccessReview"),
 	authorizationv1.SchemeGroupVersion.WithKind("SelfSubjectAccessReview"),
+	authorizationv1.SchemeGroupVersion.WithKind("LocalSubjectAccessReview"),
 	authorizationv1.SchemeGroupVersion.WithKind("SelfSubjectRulesReview"),
 }
 

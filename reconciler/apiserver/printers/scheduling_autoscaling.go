@@ -64,51 +64,21 @@ func hpaTargets(specs []autoscalingv2.MetricSpec, statuses []autoscalingv2.Metri
 		return nil
 	}
 	for i, spec := range specs {
-		st := status(i)
-		current := "<unknown>"
+		cur := currentValue(status(i), spec.Type)
 		switch {
 		case spec.Type == autoscalingv2.ExternalMetricSourceType && spec.External != nil:
-			t := spec.External.Target
-			if t.AverageValue != nil {
-				if st != nil && st.External != nil && st.External.Current.AverageValue != nil {
-					current = st.External.Current.AverageValue.String()
-				}
-				list = append(list, fmt.Sprintf("%s/%s (avg)", current, t.AverageValue.String()))
-			} else {
-				if st != nil && st.External != nil && st.External.Current.Value != nil {
-					current = st.External.Current.Value.String()
-				}
-				list = append(list, fmt.Sprintf("%s/%s", current, t.Value.String()))
-			}
+			list = append(list, valueTarget(spec.External.Target, cur))
 		case spec.Type == autoscalingv2.PodsMetricSourceType && spec.Pods != nil:
-			if st != nil && st.Pods != nil && st.Pods.Current.AverageValue != nil {
-				current = st.Pods.Current.AverageValue.String()
+			current := "<unknown>"
+			if cur != nil && cur.AverageValue != nil {
+				current = cur.AverageValue.String()
 			}
 			list = append(list, fmt.Sprintf("%s/%s", current, spec.Pods.Target.AverageValue.String()))
 		case spec.Type == autoscalingv2.ObjectMetricSourceType && spec.Object != nil:
-			t := spec.Object.Target
-			if t.AverageValue != nil {
-				if st != nil && st.Object != nil && st.Object.Current.AverageValue != nil {
-					current = st.Object.Current.AverageValue.String()
-				}
-				list = append(list, fmt.Sprintf("%s/%s (avg)", current, t.AverageValue.String()))
-			} else {
-				if st != nil && st.Object != nil && st.Object.Current.Value != nil {
-					current = st.Object.Current.Value.String()
-				}
-				list = append(list, fmt.Sprintf("%s/%s", current, t.Value.String()))
-			}
+			list = append(list, valueTarget(spec.Object.Target, cur))
 		case spec.Type == autoscalingv2.ResourceMetricSourceType && spec.Resource != nil:
-			var cur *autoscalingv2.MetricValueStatus
-			if st != nil && st.Resource != nil {
-				cur = &st.Resource.Current
-			}
 			list = append(list, resourceTarget(string(spec.Resource.Name), spec.Resource.Target, cur))
 		case spec.Type == autoscalingv2.ContainerResourceMetricSourceType && spec.ContainerResource != nil:
-			var cur *autoscalingv2.MetricValueStatus
-			if st != nil && st.ContainerResource != nil {
-				cur = &st.ContainerResource.Current
-			}
 			list = append(list, resourceTarget(string(spec.ContainerResource.Name), spec.ContainerResource.Target, cur))
 		default:
 			list = append(list, "<unknown type>")
@@ -118,6 +88,43 @@ func hpaTargets(specs []autoscalingv2.MetricSpec, statuses []autoscalingv2.Metri
 		return fmt.Sprintf("%s + %d more...", strings.Join(list[:maximum], ", "), len(list)-maximum)
 	}
 	return strings.Join(list, ", ")
+}
+
+// currentValue is the current value in st (nil: none) of a metric of type t; nil when st
+// has none for that type.
+func currentValue(st *autoscalingv2.MetricStatus, t autoscalingv2.MetricSourceType) *autoscalingv2.MetricValueStatus {
+	if st == nil {
+		return nil
+	}
+	switch {
+	case t == autoscalingv2.ExternalMetricSourceType && st.External != nil:
+		return &st.External.Current
+	case t == autoscalingv2.PodsMetricSourceType && st.Pods != nil:
+		return &st.Pods.Current
+	case t == autoscalingv2.ObjectMetricSourceType && st.Object != nil:
+		return &st.Object.Current
+	case t == autoscalingv2.ResourceMetricSourceType && st.Resource != nil:
+		return &st.Resource.Current
+	case t == autoscalingv2.ContainerResourceMetricSourceType && st.ContainerResource != nil:
+		return &st.ContainerResource.Current
+	}
+	return nil
+}
+
+// valueTarget is "current/target" of an Object or External metric: an average value ("(avg)"),
+// or a value.
+func valueTarget(t autoscalingv2.MetricTarget, cur *autoscalingv2.MetricValueStatus) string {
+	current := "<unknown>"
+	if t.AverageValue != nil {
+		if cur != nil && cur.AverageValue != nil {
+			current = cur.AverageValue.String()
+		}
+		return fmt.Sprintf("%s/%s (avg)", current, t.AverageValue.String())
+	}
+	if cur != nil && cur.Value != nil {
+		current = cur.Value.String()
+	}
+	return fmt.Sprintf("%s/%s", current, t.Value.String())
 }
 
 // resourceTarget is "name: current/target" of a Resource or ContainerResource metric: an

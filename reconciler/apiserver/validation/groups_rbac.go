@@ -109,12 +109,7 @@ func validatePolicyRule(rule *rbacv1.PolicyRule, namespaced bool, p *field.Path)
 // ValidateRoleBinding validates a RoleBinding on create: it may refer to a Role of its
 // namespace or to a ClusterRole.
 func ValidateRoleBinding(b *rbacv1.RoleBinding) field.ErrorList {
-	errs := validateMeta(&b.ObjectMeta, true, validateRBACName)
-	errs = append(errs, validateRoleRef(&b.RoleRef, []string{"Role", "ClusterRole"})...)
-	for i := range b.Subjects {
-		errs = append(errs, validateSubject(&b.Subjects[i], true, field.NewPath("subjects").Index(i))...)
-	}
-	return errs
+	return validateBinding(&b.ObjectMeta, true, &b.RoleRef, []string{"Role", "ClusterRole"}, b.Subjects)
 }
 
 // ValidateRoleBindingUpdate validates a RoleBinding update: roleRef cannot change.
@@ -127,12 +122,7 @@ func ValidateRoleBindingUpdate(b, old *rbacv1.RoleBinding) field.ErrorList {
 // ValidateClusterRoleBinding validates a ClusterRoleBinding on create: it refers to a
 // ClusterRole, and its ServiceAccount subjects name their namespace.
 func ValidateClusterRoleBinding(b *rbacv1.ClusterRoleBinding) field.ErrorList {
-	errs := validateMeta(&b.ObjectMeta, false, validateRBACName)
-	errs = append(errs, validateRoleRef(&b.RoleRef, []string{"ClusterRole"})...)
-	for i := range b.Subjects {
-		errs = append(errs, validateSubject(&b.Subjects[i], false, field.NewPath("subjects").Index(i))...)
-	}
-	return errs
+	return validateBinding(&b.ObjectMeta, false, &b.RoleRef, []string{"ClusterRole"}, b.Subjects)
 }
 
 // ValidateClusterRoleBindingUpdate validates a ClusterRoleBinding update: roleRef cannot change.
@@ -140,6 +130,17 @@ func ValidateClusterRoleBindingUpdate(b, old *rbacv1.ClusterRoleBinding) field.E
 	errs := ValidateClusterRoleBinding(b)
 	errs = append(errs, validateMetaUpdate(&b.ObjectMeta, &old.ObjectMeta)...)
 	return append(errs, validateRoleRefUnchanged(b.RoleRef, old.RoleRef)...)
+}
+
+// validateBinding validates a RoleBinding (namespaced) or ClusterRoleBinding on create: its
+// roleRef refers to one of kinds.
+func validateBinding(m *metav1.ObjectMeta, namespaced bool, ref *rbacv1.RoleRef, kinds []string, subjects []rbacv1.Subject) field.ErrorList {
+	errs := validateMeta(m, namespaced, validateRBACName)
+	errs = append(errs, validateRoleRef(ref, kinds)...)
+	for i := range subjects {
+		errs = append(errs, validateSubject(&subjects[i], namespaced, field.NewPath("subjects").Index(i))...)
+	}
+	return errs
 }
 
 func validateRoleRef(ref *rbacv1.RoleRef, kinds []string) field.ErrorList {

@@ -109,9 +109,7 @@ func ValidateValidatingWebhookConfiguration(c *admissionregistrationv1.Validatin
 
 // ValidateValidatingWebhookConfigurationUpdate validates a ValidatingWebhookConfiguration update.
 func ValidateValidatingWebhookConfigurationUpdate(c, old *admissionregistrationv1.ValidatingWebhookConfiguration) field.ErrorList {
-	hooks, oldHooks := validatingHooks(c.Webhooks), validatingHooks(old.Webhooks)
-	errs := validateWebhookConfiguration(&c.ObjectMeta, hooks, webhookUpdateOptions(hooks, oldHooks))
-	return append(errs, validateMetaUpdate(&c.ObjectMeta, &old.ObjectMeta)...)
+	return validateWebhookConfigurationUpdate(&c.ObjectMeta, &old.ObjectMeta, validatingHooks(c.Webhooks), validatingHooks(old.Webhooks))
 }
 
 // ValidateMutatingWebhookConfiguration validates a MutatingWebhookConfiguration on create.
@@ -121,9 +119,14 @@ func ValidateMutatingWebhookConfiguration(c *admissionregistrationv1.MutatingWeb
 
 // ValidateMutatingWebhookConfigurationUpdate validates a MutatingWebhookConfiguration update.
 func ValidateMutatingWebhookConfigurationUpdate(c, old *admissionregistrationv1.MutatingWebhookConfiguration) field.ErrorList {
-	hooks, oldHooks := mutatingHooks(c.Webhooks), mutatingHooks(old.Webhooks)
-	errs := validateWebhookConfiguration(&c.ObjectMeta, hooks, webhookUpdateOptions(hooks, oldHooks))
-	return append(errs, validateMetaUpdate(&c.ObjectMeta, &old.ObjectMeta)...)
+	return validateWebhookConfigurationUpdate(&c.ObjectMeta, &old.ObjectMeta, mutatingHooks(c.Webhooks), mutatingHooks(old.Webhooks))
+}
+
+// validateWebhookConfigurationUpdate validates the update of a webhook configuration of
+// either kind, given its webhooks before and after.
+func validateWebhookConfigurationUpdate(meta, oldMeta *metav1.ObjectMeta, hooks, oldHooks []webhookFields) field.ErrorList {
+	errs := validateWebhookConfiguration(meta, hooks, webhookUpdateOptions(hooks, oldHooks))
+	return append(errs, validateMetaUpdate(meta, oldMeta)...)
 }
 
 func webhookUpdateOptions(hooks, old []webhookFields) webhookOptions {

@@ -12,7 +12,6 @@ import (
 	"github.com/sirupsen/logrus"
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	"k8s.io/client-go/tools/cache"
@@ -130,14 +129,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 // Sync runs one sync of the CronJob with key namespace/name (tests drive it with a fake clock).
 func (c *Controller) Sync(ctx context.Context, key string) error { return c.sync(ctx, key) }
 
-func (c *Controller) enqueue(obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	c.queue.Add(key)
-}
+func (c *Controller) enqueue(obj any) { internal.Enqueue(c.queue, obj) }
 
 func (c *Controller) jobChanged(obj any) {
 	j, ok := obj.(*batchv1.Job)

@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
@@ -121,14 +120,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	return internal.RunWorkers(ctx, "endpointslice", c.queue, workers, c.synced, c.sync)
 }
 
-func (c *Controller) enqueue(obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	c.queue.Add(key)
-}
+func (c *Controller) enqueue(obj any) { internal.Enqueue(c.queue, obj) }
 
 func unwrap[T any](obj any) (T, bool) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {

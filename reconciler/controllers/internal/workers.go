@@ -34,6 +34,16 @@ func RunWorkers(ctx context.Context, name string, queue workqueue.TypedRateLimit
 	return nil
 }
 
+// Enqueue adds the key of obj, an object or the tombstone of a deleted one, to queue.
+func Enqueue(queue workqueue.TypedInterface[string], obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	queue.Add(key)
+}
+
 // processNext syncs one key; it returns false once the queue is shut down.
 func processNext(ctx context.Context, name string, queue workqueue.TypedRateLimitingInterface[string],
 	sync func(ctx context.Context, key string) error) bool {

@@ -260,57 +260,53 @@ func (n *normalizer) limitByRate(key string, currentReplicas, desired, minReplic
 // scaleUpLimit is the most replicas the scale-up policies allow: each policy from the
 // replicas at the start of its period, the most (Max) or least (Min) of them.
 func scaleUpLimit(currentReplicas int32, upEvents, downEvents []timestampedScaleEvent, rules *autoscalingv2.HPAScalingRules, now time.Time) int32 {
-	var result int32
-	var pick func(a, b int32) int32
-	switch *rules.SelectPolicy {
-	case autoscalingv2.DisabledPolicySelect:
-		return currentReplicas
-	case autoscalingv2.MinChangePolicySelect:
-		result, pick = math.MaxInt32, func(a, b int32) int32 { return min(a, b) }
-	default:
-		result, pick = math.MinInt32, func(a, b int32) int32 { return max(a, b) }
-	}
-	for _, p := range rules.Policies {
-		periodStart := currentReplicas - replicasChangePerPeriod(p.PeriodSeconds, upEvents, now) + replicasChangePerPeriod(p.PeriodSeconds, downEvents, now)
-		var proposed int32
+	return policiesLimit(currentReplicas, upEvents, downEvents, rules, now, true, func(periodStart int32, p autoscalingv2.HPAScalingPolicy) (int32, bool) {
 		switch p.Type {
 		case autoscalingv2.PodsScalingPolicy:
-			proposed = periodStart + p.Value
+			return periodStart + p.Value, true
 		case autoscalingv2.PercentScalingPolicy:
 			// Rounded up, or a small target would never grow.
-			proposed = int32(math.Ceil(float64(periodStart) * (1 + float64(p.Value)/100)))
-		default:
-			continue
+			return int32(math.Ceil(float64(periodStart) * (1 + float64(p.Value)/100))), true
 		}
-		result = pick(result, proposed)
-	}
-	return result
+		return 0, false
+	})
 }
 
 // scaleDownLimit is the fewest replicas the scale-down policies allow.
 func scaleDownLimit(currentReplicas int32, upEvents, downEvents []timestampedScaleEvent, rules *autoscalingv2.HPAScalingRules, now time.Time) int32 {
-	var result int32
-	var pick func(a, b int32) int32
+	return policiesLimit(currentReplicas, upEvents, downEvents, rules, now, false, func(periodStart int32, p autoscalingv2.HPAScalingPolicy) (int32, bool) {
+		switch p.Type {
+		case autoscalingv2.PodsScalingPolicy:
+			return periodStart - p.Value, true
+		case autoscalingv2.PercentScalingPolicy:
+			return int32(float64(periodStart) * (1 - float64(p.Value)/100)), true
+		}
+		return 0, false
+	})
+}
+
+// policiesLimit is the limit the policies of rules set on scaling up (up) or down: each policy
+// proposes a replica count from the replicas at the start of its period (false for a policy
+// type it does not know); the select policy Max picks the largest proposal when scaling up and
+// the smallest when scaling down, Min the reverse, and Disabled keeps currentReplicas.
+func policiesLimit(currentReplicas int32, upEvents, downEvents []timestampedScaleEvent, rules *autoscalingv2.HPAScalingRules, now time.Time, up bool,
+	propose func(periodStart int32, p autoscalingv2.HPAScalingPolicy) (int32, bool)) int32 {
+	largest := up
 	switch *rules.SelectPolicy {
 	case autoscalingv2.DisabledPolicySelect:
 		return currentReplicas
 	case autoscalingv2.MinChangePolicySelect:
+		largest = !up
+	}
+	result, pick := int32(math.MaxInt32), func(a, b int32) int32 { return min(a, b) }
+	if largest {
 		result, pick = math.MinInt32, func(a, b int32) int32 { return max(a, b) }
-	default:
-		result, pick = math.MaxInt32, func(a, b int32) int32 { return min(a, b) }
 	}
 	for _, p := range rules.Policies {
 		periodStart := currentReplicas - replicasChangePerPeriod(p.PeriodSeconds, upEvents, now) + replicasChangePerPeriod(p.PeriodSeconds, downEvents, now)
-		var proposed int32
-		switch p.Type {
-		case autoscalingv2.PodsScalingPolicy:
-			proposed = periodStart - p.Value
-		case autoscalingv2.PercentScalingPolicy:
-			proposed = int32(float64(periodStart) * (1 - float64(p.Value)/100))
-		default:
-			continue
+		if proposed, ok := propose(periodStart, p); ok {
+			result = pick(result, proposed)
 		}
-		result = pick(result, proposed)
 	}
 	return result
 }

@@ -1,0 +1,174 @@
+package unenforced_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/flotilla-dev/flotilla/reconciler/controllers"
+	unenforcedcontroller "github.com/flotilla-dev/flotilla/reconciler/controllers/unenforced"
+	"github.com/flotilla-dev/flotilla/reconciler/unenforced"
+	"github.com/flotilla-dev/flotilla/test/controllertest"
+)
+
+func kind(t *testing.T, name string) unenforced.Kind {
+	t.Helper()
+	for _, k := range unenforced.Kinds {
+		if k.Kind == name {
+			return k
+		}
+	}
+	t.Fatalf("%s is not in unenforced.Kinds", name)
+	return unenforced.Kind{}
+}
+
+func object(k unenforced.Kind, ns, name, rv string, generation int64) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{
+		TypeMeta: metav1.TypeMeta{APIVersion: k.GroupVersionResource().GroupVersion().String(), Kind: k.Kind},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name),
+			ResourceVersion: rv, Generation: generation},
+	}
+}
+
+// A NetworkPolicy created after the start gets the event, one that existed before does not; a
+// spec change (new generation) gets it again, a metadata-only change does not. A ClusterRole,
+// which keeps no generation, gets it on create and on every change.
+func TestUnenforcedEvents(t *testing.T) {
+	netpol, clusterRole := kind(t, "NetworkPolicy"), kind(t, "ClusterRole")
+	scheme := runtime.NewScheme()
+	metav1.AddMetaToScheme(scheme)
+	client := metadatafake.NewSimpleMetadataClient(scheme, object(netpol, "team-a", "old", "1", 1))
+	rec := record.NewFakeRecorder(100)
+	rec.IncludeObject = true
+	cctx := &controllers.Context{
+		Metadata:          client,
+		MetadataInformers: metadatainformer.NewSharedInformerFactory(client, 0),
+		Recorder:          func(string) record.EventRecorder { return rec },
+	}
+	c, err := unenforcedcontroller.New(cctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cctx.MetadataInformers.Start(ctx.Done())
+	defer cctx.MetadataInformers.Shutdown()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, 1) }()
+	for _, k := range unenforced.Kinds {
+		inf := cctx.MetadataInformers.ForResource(k.GroupVersionResource()).Informer()
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			t.Fatal("caches did not sync")
+		}
+	}
+
+	expect := func(what string, k unenforced.Kind) {
+		t.Helper()
+		want := "Warning " + unenforcedcontroller.Reason + " " + unenforced.Message(k) +
+			" involvedObject{kind=" + k.Kind + ",apiVersion=" + k.GroupVersionResource().GroupVersion().String() + "}"
+		select {
+		case got := <-rec.Events:
+			if got != want {
+				t.Errorf("%s: event %q, want %q", what, got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no event", what)
+		}
+	}
+	expectNone := func(what string) {
+		t.Helper()
+		select {
+		case got := <-rec.Events:
+			t.Errorf("%s: unexpected event %q", what, got)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	getter := func(gvr schema.GroupVersionResource, ns string) metadatafake.MetadataClient {
+		return client.Resource(gvr).Namespace(ns).(metadatafake.MetadataClient)
+	}
+	np := getter(netpol.GroupVersionResource(), "team-a")
+	cr := getter(clusterRole.GroupVersionResource(), "")
+
+	expectNone("NetworkPolicy created before the start")
+
+	if _, err := np.CreateFake(object(netpol, "team-a", "new", "2", 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("new NetworkPolicy", netpol)
+
+	if _, err := np.UpdateFake(object(netpol, "team-a", "new", "3", 2), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("NetworkPolicy with a new generation", netpol)
+
+	labelled := object(netpol, "team-a", "new", "4", 2)
+	labelled.Labels = map[string]string{"team": "a"}
+	if _, err := np.UpdateFake(labelled, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expectNone("NetworkPolicy with new labels only")
+
+	if _, err := cr.CreateFake(object(clusterRole, "", "viewer", "5", 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("new ClusterRole", clusterRole)
+	if _, err := cr.UpdateFake(object(clusterRole, "", "viewer", "6", 0), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("changed ClusterRole", clusterRole)
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// Against a real agent: a new ResourceQuota gets the NotEnforced event in its namespace, a new
+// ClusterRole gets it in namespace default.
+func TestUnenforcedEventsAgent(t *testing.T) {
+	_, client, c := controllertest.StartController(t, unenforcedcontroller.NewController)
+	controllertest.Eventually(t, 30*time.Second, "informers synced", func() (bool, error) { return c.HasSynced(), nil })
+	ctx := context.Background()
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "compute"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("10")}}}
+	if _, err := client.CoreV1().ResourceQuotas("default").Create(ctx, quota, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "unenforced-viewer"}}
+	if _, err := client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []struct{ kind, name, namespace string }{
+		{"ResourceQuota", "compute", "default"},
+		{"ClusterRole", "unenforced-viewer", ""},
+	} {
+		message := unenforced.Message(kind(t, want.kind))
+		controllertest.Eventually(t, 30*time.Second, "NotEnforced event on "+want.kind, func() (bool, error) {
+			list, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, ev := range list.Items {
+				o := ev.InvolvedObject
+				if ev.Type == corev1.EventTypeWarning && ev.Reason == unenforcedcontroller.Reason && ev.Message == message &&
+					ev.Source.Component == unenforcedcontroller.Component &&
+					o.Kind == want.kind && o.Name == want.name && o.Namespace == want.namespace && o.UID != "" {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	}
+}

@@ -1,0 +1,54 @@
+// Package unenforced lists the kinds the API stores, as every Kubernetes API server does, but
+// that nothing in flotilla carries out. The API server answers their creation and update with a
+// warning and the unenforced controller records an event on them; both take the list and the
+// message from here.
+package unenforced
+
+import (
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Kind is a kind that is stored but not carried out.
+type Kind struct {
+	Resource schema.GroupResource
+	// Version is the version the controller watches the kind in.
+	Version string
+	Kind    string
+	// Effect says what does not happen, completing "<Kind> is stored but not enforced by
+	// flotilla: ".
+	Effect string
+}
+
+// GroupVersionResource is the resource of k in k.Version.
+func (k Kind) GroupVersionResource() schema.GroupVersionResource {
+	return k.Resource.WithVersion(k.Version)
+}
+
+// Kinds lists the kinds whose creation and update are answered with a warning, so that
+// `kubectl apply` prints "Warning: ResourceQuota is stored but not enforced by flotilla: ...",
+// and that get a NotEnforced event. Remove an entry in the change that implements the kind.
+var Kinds = []Kind{
+	{corev1.Resource("resourcequotas"), "v1", "ResourceQuota",
+		"no quota admission or quota controller runs, so objects are created whatever the quota allows and status.used is never filled"},
+	{corev1.Resource("limitranges"), "v1", "LimitRange",
+		"no LimitRanger admission runs, so pods get no default requests or limits from it and are not checked against its minimum and maximum"},
+	{networkingv1.Resource("networkpolicies"), "v1", "NetworkPolicy",
+		"pod traffic is not filtered: every pod can reach every other pod"},
+	{rbacv1.Resource("roles"), "v1", "Role", rbacNotEnforced},
+	{rbacv1.Resource("clusterroles"), "v1", "ClusterRole", rbacNotEnforced},
+	{rbacv1.Resource("rolebindings"), "v1", "RoleBinding", rbacNotEnforced},
+	{rbacv1.Resource("clusterrolebindings"), "v1", "ClusterRoleBinding", rbacNotEnforced},
+	{certificatesv1.Resource("certificatesigningrequests"), "v1", "CertificateSigningRequest",
+		"no signer runs, so an approved request is never issued a certificate"},
+}
+
+const rbacNotEnforced = "requests are not authorized by RBAC: every authenticated user may do everything"
+
+// Message is the warning and event message for k.
+func Message(k Kind) string {
+	return k.Kind + " is stored but not enforced by flotilla: " + k.Effect
+}
