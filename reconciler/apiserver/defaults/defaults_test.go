@@ -1140,21 +1140,7 @@ items:
 `, &corev1.PodList{}),
 		},
 	}
-	s := newScheme(t)
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got := tc.in.DeepCopyObject()
-			s.Default(got)
-			if g, w := toYAML(t, got), toYAML(t, tc.want); g != w {
-				t.Fatalf("defaulted object differs (-want +got):\n%s", diff.Diff(tc.want, got))
-			}
-			again := got.DeepCopyObject()
-			s.Default(again)
-			if !reflect.DeepEqual(again, got) {
-				t.Fatalf("defaulting is not idempotent:\n%s", diff.Diff(got, again))
-			}
-		})
-	}
+	checkDefaults(t, cases)
 }
 
 // TestExplicitValuesKept defaults objects that already set every defaulted field to a
@@ -1325,16 +1311,7 @@ reclaimPolicy: Retain
 volumeBindingMode: WaitForFirstConsumer
 `, &storagev1.StorageClass{}),
 	}
-	s := newScheme(t)
-	for _, obj := range objs {
-		t.Run(reflect.TypeOf(obj).Elem().Name(), func(t *testing.T) {
-			got := obj.DeepCopyObject()
-			s.Default(got)
-			if !reflect.DeepEqual(got, obj) {
-				t.Fatalf("explicit values changed (-want +got):\n%s", diff.Diff(obj, got))
-			}
-		})
-	}
+	checkExplicitValuesKept(t, objs)
 }
 
 // TestDefaultsRunOnDecode checks that a codec built on the scheme applies the defaults, which is
@@ -1426,5 +1403,42 @@ func TestPrepareNamespaceForCreate(t *testing.T) {
 	PrepareNamespaceForCreate(ns)
 	if want := []corev1.FinalizerName{corev1.FinalizerKubernetes}; !reflect.DeepEqual(ns.Spec.Finalizers, want) {
 		t.Errorf("finalizers = %v, want %v", ns.Spec.Finalizers, want)
+	}
+}
+
+// checkDefaults defaults each case's input and expects its want, and no change when the
+// result is defaulted again.
+func checkDefaults(t *testing.T, cases []defaultCase) {
+	t.Helper()
+	s := newScheme(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.in.DeepCopyObject()
+			s.Default(got)
+			if g, w := toYAML(t, got), toYAML(t, tc.want); g != w {
+				t.Fatalf("defaulted object differs (-want +got):\n%s", diff.Diff(tc.want, got))
+			}
+			again := got.DeepCopyObject()
+			s.Default(again)
+			if !reflect.DeepEqual(again, got) {
+				t.Fatalf("defaulting is not idempotent:\n%s", diff.Diff(got, again))
+			}
+		})
+	}
+}
+
+// checkExplicitValuesKept defaults objects that set every defaulted field and expects no
+// change at all.
+func checkExplicitValuesKept(t *testing.T, objs []runtime.Object) {
+	t.Helper()
+	s := newScheme(t)
+	for _, obj := range objs {
+		t.Run(reflect.TypeOf(obj).Elem().Name(), func(t *testing.T) {
+			got := obj.DeepCopyObject()
+			s.Default(got)
+			if !reflect.DeepEqual(got, obj) {
+				t.Fatalf("explicit values changed (-want +got):\n%s", diff.Diff(obj, got))
+			}
+		})
 	}
 }

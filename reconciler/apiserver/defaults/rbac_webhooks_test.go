@@ -1,14 +1,12 @@
 package defaults
 
 import (
-	"reflect"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/diff"
 )
 
 func TestRBACWebhookDefaults(t *testing.T) {
@@ -123,21 +121,7 @@ webhooks:
 			want: fromYAML(t, `{items: [{roleRef: {kind: Role, name: r, apiGroup: rbac.authorization.k8s.io}}]}`, &rbacv1.RoleBindingList{}),
 		},
 	}
-	s := newScheme(t)
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got := tc.in.DeepCopyObject()
-			s.Default(got)
-			if g, w := toYAML(t, got), toYAML(t, tc.want); g != w {
-				t.Fatalf("defaulted object differs (-want +got):\n%s", diff.Diff(tc.want, got))
-			}
-			again := got.DeepCopyObject()
-			s.Default(again)
-			if !reflect.DeepEqual(again, got) {
-				t.Fatalf("defaulting is not idempotent:\n%s", diff.Diff(got, again))
-			}
-		})
-	}
+	checkDefaults(t, cases)
 }
 
 // TestRBACWebhookExplicitValuesKept defaults objects that set every defaulted field to a
@@ -162,14 +146,5 @@ webhooks:
   reinvocationPolicy: IfNeeded
 `, &admissionregistrationv1.MutatingWebhookConfiguration{}),
 	}
-	s := newScheme(t)
-	for _, obj := range objs {
-		t.Run(reflect.TypeOf(obj).Elem().Name(), func(t *testing.T) {
-			got := obj.DeepCopyObject()
-			s.Default(got)
-			if !reflect.DeepEqual(got, obj) {
-				t.Fatalf("explicit values changed (-want +got):\n%s", diff.Diff(obj, got))
-			}
-		})
-	}
+	checkExplicitValuesKept(t, objs)
 }

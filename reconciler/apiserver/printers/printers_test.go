@@ -629,18 +629,7 @@ spec: {policyName: replicas, paramRef: {name: limits, namespace: prod}}
 				t.Errorf("first column = %+v, want Name with format name", first)
 			}
 			if tc.header != nil {
-				if got := headers(table, 0); !reflect.DeepEqual(got, tc.header) {
-					t.Errorf("columns = %q, want %q", got, tc.header)
-				}
-				var wideCols []string
-				for _, c := range table.ColumnDefinitions {
-					if c.Priority == 1 {
-						wideCols = append(wideCols, strings.ToUpper(c.Name))
-					}
-				}
-				if !reflect.DeepEqual(wideCols, tc.wide) {
-					t.Errorf("wide columns = %q, want %q", wideCols, tc.wide)
-				}
+				checkColumns(t, table, tc.header, tc.wide)
 			}
 			if len(table.Rows) != 1 {
 				t.Fatalf("rows = %d, want 1", len(table.Rows))
@@ -738,5 +727,22 @@ func TestWrongObjectType(t *testing.T) {
 	_, err := TableConvertor(schema.GroupResource{Resource: "pods"}).ConvertToTable(context.Background(), &corev1.Service{}, nil)
 	if err == nil {
 		t.Fatal("want an error when a pods table is asked for a Service")
+	}
+}
+
+// checkColumns compares a table's column headers, and those shown only with -o wide.
+func checkColumns(t *testing.T, table *metav1.Table, header, wide []string) {
+	t.Helper()
+	if got := headers(table, 0); !reflect.DeepEqual(got, header) {
+		t.Errorf("columns = %q, want %q", got, header)
+	}
+	var wideCols []string
+	for _, c := range table.ColumnDefinitions {
+		if c.Priority == 1 {
+			wideCols = append(wideCols, strings.ToUpper(c.Name))
+		}
+	}
+	if !reflect.DeepEqual(wideCols, wide) {
+		t.Errorf("wide columns = %q, want %q", wideCols, wide)
 	}
 }

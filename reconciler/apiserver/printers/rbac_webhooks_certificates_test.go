@@ -2,7 +2,6 @@ package printers
 
 import (
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
@@ -123,18 +122,7 @@ status: {conditions: [{type: Approved, status: "True"}, {type: Denied, status: "
 				t.Errorf("first column = %+v, want Name with format name", first)
 			}
 			if tc.header != nil {
-				if got := headers(table, 0); !reflect.DeepEqual(got, tc.header) {
-					t.Errorf("columns = %q, want %q", got, tc.header)
-				}
-				var wideCols []string
-				for _, c := range table.ColumnDefinitions {
-					if c.Priority == 1 {
-						wideCols = append(wideCols, strings.ToUpper(c.Name))
-					}
-				}
-				if !reflect.DeepEqual(wideCols, tc.wide) {
-					t.Errorf("wide columns = %q, want %q", wideCols, tc.wide)
-				}
+				checkColumns(t, table, tc.header, tc.wide)
 			}
 			if len(table.Rows) != 1 {
 				t.Fatalf("rows = %d, want 1", len(table.Rows))
