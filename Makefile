@@ -92,10 +92,11 @@ bench-proxy: deps build
 	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench . -timeout 10m ./proxy/dns/ ./proxy/ingress/
 
 ## bench-e2e: a 3-host site: git commit -> new version answering through every ingress, and
-## the memory of each host with 50 pods on it (FLOTILLA_BENCH_PODS_PER_HOST, FLOTILLA_BENCH_ROUNDS).
+## the memory of each host with 50 pods on it (FLOTILLA_BENCH_PODS_PER_HOST, FLOTILLA_BENCH_ROUNDS);
+## write latency p99 as the admin and as an RBAC-authorized user (FLOTILLA_BENCH_WRITES).
 bench-e2e: deps build kubectl images
 	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl FLOTILLA_IMAGES=$(BIN)/images \
-		$(GO) test -run '^$$' -bench BenchmarkGitOps -benchtime 1x -timeout 40m ./test/e2e/
+		$(GO) test -run '^$$' -bench 'BenchmarkGitOps|BenchmarkMutatingAPI' -benchtime 1x -timeout 40m ./test/e2e/
 
 clean:
 	rm -rf $(BIN)

@@ -43,7 +43,9 @@ type PlanItem struct {
 	Kind       string     `json:"kind"`
 	Namespace  string     `json:"namespace,omitempty"`
 	Name       string     `json:"name"`
-	// Changes are the fields that differ (update), or the fields git sets (create).
+	// Changes are the fields that differ (update), or the fields git sets (create). The
+	// values of a Secret's data and stringData read PlanRedacted (see DiffObjects), in every
+	// format of the plan.
 	Changes []FieldChange `json:"changes,omitempty"`
 	// Reason says why an object is kept, or, for an invalid object, is gitsync's
 	// failure line "file: Kind namespace/name: field: message".

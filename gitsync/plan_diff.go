@@ -7,10 +7,12 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // FieldChange is one field that differs between the live object and what applying git
-// would make of it. Old and New are compact JSON; empty means the field is planAbsent.
+// would make of it. Old and New are compact JSON; empty means the field is absent. The
+// values of a Secret are never shown: they read PlanRedacted (see DiffObjects).
 type FieldChange struct {
 	Path string `json:"path"`
 	Old  string `json:"old,omitempty"`
@@ -29,15 +31,121 @@ const planLastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configurat
 // inserted container or env var is one change, not a shift of every later one.
 var planListKeys = []string{"name", "containerPort", "port", "mountPath", "devicePath", "key", "ip", "type", "topologyKey"}
 
+// PlanRedacted stands for a value of a Secret in a plan: a plan may be posted where
+// anyone reading the pull request sees it.
+const PlanRedacted = "(value changed)"
+
 // DiffObjects returns the fields that differ between live and planned (unstructured
 // objects; live nil for a create), ignoring status and the metadata the server maintains
 // (managedFields, resourceVersion, generation, uid, creationTimestamp...). Maps are compared
 // key by key and lists planItem by planItem (matched by name or another key when every planItem has
 // one), down to the leaves; the result is sorted as the fields appear.
+//
+// For a core/v1 Secret, every change under data or stringData, and to the
+// kubectl.kubernetes.io/last-applied-configuration annotation, shows PlanRedacted in place of
+// the old and new values (a key added has only a new value, a key removed only an old one),
+// one change per key when a whole map is set or removed.
 func DiffObjects(live, planned map[string]any) []FieldChange {
 	var out []FieldChange
 	planDiffValue("", planStripNoise(live), planStripNoise(planned), &out)
+	if planIsSecret(live) || planIsSecret(planned) {
+		out = planRedactSecret(out)
+	}
 	return out
+}
+
+// planIsSecret reports whether o is a core/v1 Secret.
+func planIsSecret(o map[string]any) bool {
+	return o != nil && o["apiVersion"] == "v1" && o["kind"] == "Secret"
+}
+
+// planSecretMaps are the fields of a Secret whose values a plan never shows.
+var planSecretMaps = []string{"data", "stringData"}
+
+// planRedactSecret replaces the values of a Secret's changes under planSecretMaps, and of its
+// last-applied annotation, with PlanRedacted.
+func planRedactSecret(cs []FieldChange) []FieldChange {
+	lastApplied := planJoinKey("metadata.annotations", planLastAppliedAnnotation)
+	out := make([]FieldChange, 0, len(cs))
+	for _, c := range cs {
+		switch {
+		case slices.Contains(planSecretMaps, c.Path):
+			out = append(out, planRedactWhole(c)...)
+		case c.Path == lastApplied || slices.ContainsFunc(planSecretMaps, func(m string) bool { return planUnder(c.Path, m) }):
+			out = append(out, FieldChange{Path: c.Path, Old: planRedactValue(c.Old), New: planRedactValue(c.New)})
+		default:
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// planUnder reports whether path is a field under field, as planJoinKey writes it:
+// "data.KEY", or `data["KEY.WITH.DOTS"]`.
+func planUnder(path, field string) bool {
+	rest, ok := strings.CutPrefix(path, field)
+	return ok && (strings.HasPrefix(rest, ".") || strings.HasPrefix(rest, "["))
+}
+
+// planRedactValue is PlanRedacted for a value, "" for an absent one.
+func planRedactValue(v string) string {
+	if v == "" {
+		return ""
+	}
+	return PlanRedacted
+}
+
+// planRedactWhole splits the change of a whole data map (set where it was absent or null, or
+// the reverse) into one redacted change per key. A side that is not a map and holds
+// something other than null is shown as one redacted change of the whole field.
+func planRedactWhole(c FieldChange) []FieldChange {
+	oldMap, oldIsMap := planJSONMap(c.Old)
+	newMap, newIsMap := planJSONMap(c.New)
+	var out []FieldChange
+	whole := FieldChange{Path: c.Path}
+	if !oldIsMap && c.Old != "null" {
+		whole.Old = planRedactValue(c.Old)
+	}
+	if !newIsMap && c.New != "null" {
+		whole.New = planRedactValue(c.New)
+	}
+	if whole.Old != "" || whole.New != "" {
+		out = append(out, whole)
+	}
+	keys := make([]string, 0, len(oldMap)+len(newMap))
+	for k := range oldMap {
+		keys = append(keys, k)
+	}
+	for k := range newMap {
+		if _, ok := oldMap[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		ch := FieldChange{Path: planJoinKey(c.Path, k)}
+		if _, ok := oldMap[k]; ok {
+			ch.Old = PlanRedacted
+		}
+		if _, ok := newMap[k]; ok {
+			ch.New = PlanRedacted
+		}
+		out = append(out, ch)
+	}
+	if len(out) == 0 {
+		// Only null and empty maps: nothing secret to hide.
+		return []FieldChange{c}
+	}
+	return out
+}
+
+// planJSONMap decodes a JSON object; ok is false for anything else.
+func planJSONMap(v string) (map[string]json.RawMessage, bool) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(v), &m); err != nil || m == nil {
+		return nil, false
+	}
+	return m, true
 }
 
 func planStripNoise(o map[string]any) map[string]any {

@@ -69,6 +69,7 @@ func newAgentCommand() *cobra.Command {
 	f.DurationVar(&c.VoterReplaceAfter, "voter-replace-after", c.VoterReplaceAfter, "replace an etcd voter that gossip reports dead for this long, when an alive standby host can take its place")
 	f.StringVar(&c.Controllers, "controllers", c.Controllers, "controllers this host runs when it leads: * for all, a comma list of names, or empty for none")
 	f.Int64Var(&c.DefaultTolerationSeconds, "default-toleration-seconds", c.DefaultTolerationSeconds, "tolerationSeconds of the not-ready/unreachable NoExecute tolerations new pods get: how long pods stay on a failed host before eviction")
+	f.DurationVar(&c.ServiceAccountMaxTokenTTL, "service-account-max-token-ttl", c.ServiceAccountMaxTokenTTL, "longest lifetime of the ServiceAccount tokens the API issues; longer requests are shortened (pods' tokens are refreshed at 80 % of theirs)")
 	f.DurationVar(&c.NodeMonitorGracePeriod, "node-monitor-grace-period", c.NodeMonitorGracePeriod, "how long a host may miss heartbeats (Lease renewals) before its Node goes Ready=Unknown and gets the unreachable taints")
 	f.StringVar(&c.GitURL, "git-url", c.GitURL, "git repository the site deploys from (recorded as GitSource kube-system/root); file://, https://")
 	f.StringVar(&c.GitRef, "git-ref", c.GitRef, "branch (or tags/NAME, or a 40-hex commit) of --git-url")

@@ -3,20 +3,24 @@ package agent
 import (
 	"fmt"
 	"math"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
 )
 
 // envSources is what environment variables may refer to besides the pod itself.
 type envSources struct {
 	ConfigMap func(namespace, name string) (*corev1.ConfigMap, error)
 	Secret    func(namespace, name string) (*corev1.Secret, error)
-	// Services are the Services whose variables a container sees (its namespace's, plus
-	// default/kubernetes), already filtered by enableServiceLinks.
+	// Services are the Services whose variables a container sees (envServices).
 	Services []*corev1.Service
 }
 
@@ -290,6 +294,51 @@ func expandVars(s string, vars map[string]string) string {
 	return b.String()
 }
 
+// masterServices are the Services of namespace default whose variables every container
+// gets, whatever its pod's enableServiceLinks says.
+var masterServices = []string{"kubernetes"}
+
+// envServices picks the Services whose variables the containers of pod see, as the kubelet:
+// the master Services of namespace default always, and with enableServiceLinks (the default)
+// every Service of the pod's namespace, which wins over a master Service of the same name.
+// Services without a cluster IP give no variables and are left out.
+func envServices(pod *corev1.Pod, lister corelisters.ServiceLister) ([]*corev1.Service, error) {
+	byName := map[string]*corev1.Service{}
+	for _, name := range masterServices {
+		s, err := lister.Services(metav1.NamespaceDefault).Get(name)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("service %s/%s: %w", metav1.NamespaceDefault, name, err)
+		}
+		if hasClusterIP(s) {
+			byName[name] = s
+		}
+	}
+	if pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks {
+		svcs, err := lister.Services(pod.Namespace).List(labels.Everything())
+		if err != nil {
+			return nil, fmt.Errorf("list the services of namespace %s: %w", pod.Namespace, err)
+		}
+		for _, s := range svcs {
+			if hasClusterIP(s) {
+				byName[s.Name] = s
+			}
+		}
+	}
+	out := make([]*corev1.Service, 0, len(byName))
+	for _, s := range byName {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func hasClusterIP(s *corev1.Service) bool {
+	return s.Spec.ClusterIP != "" && s.Spec.ClusterIP != corev1.ClusterIPNone
+}
+
 // serviceEnv gives the docker-links style variables of Services, sorted by Service name.
 func serviceEnv(services []*corev1.Service) [][2]string {
 	svcs := append([]*corev1.Service(nil), services...)
@@ -297,7 +346,7 @@ func serviceEnv(services []*corev1.Service) [][2]string {
 	var out [][2]string
 	for _, s := range svcs {
 		ip := s.Spec.ClusterIP
-		if ip == "" || ip == corev1.ClusterIPNone || len(s.Spec.Ports) == 0 {
+		if !hasClusterIP(s) || len(s.Spec.Ports) == 0 {
 			continue
 		}
 		name := strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_"))
@@ -313,7 +362,7 @@ func serviceEnv(services []*corev1.Service) [][2]string {
 		if proto == "" {
 			proto = "tcp"
 		}
-		out = append(out, [2]string{name + "_PORT", fmt.Sprintf("%s://%s:%d", proto, ip, first.Port)})
+		out = append(out, [2]string{name + "_PORT", proto + "://" + net.JoinHostPort(ip, strconv.Itoa(int(first.Port)))})
 		for _, p := range s.Spec.Ports {
 			pr := strings.ToLower(string(p.Protocol))
 			if pr == "" {
@@ -321,7 +370,7 @@ func serviceEnv(services []*corev1.Service) [][2]string {
 			}
 			prefix := fmt.Sprintf("%s_PORT_%d_%s", name, p.Port, strings.ToUpper(pr))
 			out = append(out,
-				[2]string{prefix, fmt.Sprintf("%s://%s:%d", pr, ip, p.Port)},
+				[2]string{prefix, pr + "://" + net.JoinHostPort(ip, strconv.Itoa(int(p.Port)))},
 				[2]string{prefix + "_PROTO", pr},
 				[2]string{prefix + "_PORT", strconv.Itoa(int(p.Port))},
 				[2]string{prefix + "_ADDR", ip})

@@ -111,6 +111,11 @@ type PodManager struct {
 	snapTime time.Time
 
 	stats *statsCollector
+	// tokens are the projected service account tokens of the pods.
+	tokens *serviceAccountTokens
+	// servicesSynced tells whether the Services were listed once, which the environment of a
+	// container needs.
+	servicesSynced cache.InformerSynced
 }
 
 // NewPodManager builds the workers' informers (started by Run).
@@ -145,6 +150,7 @@ func NewPodManager(client kubernetes.Interface, cfg PodConfig) *PodManager {
 	m.services = m.factory.Core().V1().Services().Lister()
 	m.pvcs = m.factory.Core().V1().PersistentVolumeClaims().Lister()
 	m.pvs = m.factory.Core().V1().PersistentVolumes().Lister()
+	m.servicesSynced = m.factory.Core().V1().Services().Informer().HasSynced
 	m.synced = []cache.InformerSynced{podInf.Informer().HasSynced,
 		m.factory.Core().V1().ConfigMaps().Informer().HasSynced, m.factory.Core().V1().Secrets().Informer().HasSynced,
 		m.factory.Core().V1().Services().Informer().HasSynced, m.factory.Core().V1().PersistentVolumeClaims().Informer().HasSynced,
@@ -163,6 +169,7 @@ func NewPodManager(client kubernetes.Interface, cfg PodConfig) *PodManager {
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	m.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: cfg.NodeName})
 	m.stats = newStatsCollector(m)
+	m.tokens = newServiceAccountTokens(client, m.log)
 	return m
 }
 
@@ -229,6 +236,7 @@ func (m *PodManager) workerDone(uid types.UID) {
 	if m.currentPodLocked(uid) == nil {
 		delete(m.keys, uid)
 	}
+	m.tokens.forget(uid)
 }
 
 func (m *PodManager) currentPodLocked(uid types.UID) *corev1.Pod {
@@ -296,6 +304,7 @@ func (m *PodManager) collectGarbage(ctx context.Context) {
 		alive[string(uid)] = true
 	}
 	m.mu.Unlock()
+	m.tokens.prune(alive)
 
 	for uid, cs := range snap {
 		if alive[uid] {
@@ -424,21 +433,14 @@ func (m *PodManager) secret(ns, name string) (*corev1.Secret, error) {
 	return m.secrets.Secrets(ns).Get(name)
 }
 
-func (m *PodManager) serviceEnvSources(pod *corev1.Pod) []*corev1.Service {
-	if pod.Spec.EnableServiceLinks != nil && !*pod.Spec.EnableServiceLinks {
-		// The master service is always there.
-		if s, err := m.services.Services(metav1.NamespaceDefault).Get("kubernetes"); err == nil {
-			return []*corev1.Service{s}
-		}
-		return nil
+// serviceEnvSources returns the Services whose variables the pod's containers see. Like the
+// kubelet it refuses until the Services were listed once: a container started before would
+// miss them for good.
+func (m *PodManager) serviceEnvSources(pod *corev1.Pod) ([]*corev1.Service, error) {
+	if m.servicesSynced != nil && !m.servicesSynced() {
+		return nil, errors.New("services have not yet been read at least once, cannot construct envvars")
 	}
-	svcs, _ := m.services.Services(pod.Namespace).List(labels.Everything())
-	if pod.Namespace != metav1.NamespaceDefault {
-		if s, err := m.services.Services(metav1.NamespaceDefault).Get("kubernetes"); err == nil {
-			svcs = append(svcs, s)
-		}
-	}
-	return svcs
+	return envServices(pod, m.services)
 }
 
 // hostIPs is the host's address for pod status.

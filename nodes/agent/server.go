@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/subtle"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,7 +30,11 @@ import (
 type ServerConfig struct {
 	Address           string // host:port
 	CertFile, KeyFile string
-	// Token is the bearer token callers must present (the site's API server token).
+	// ClientCAFile and ClientNames admit callers presenting a client certificate signed by
+	// that CA whose common name is one of ClientNames (the API server's node client).
+	ClientCAFile string
+	ClientNames  []string
+	// Token, when set, also admits callers presenting it as a bearer token.
 	Token string
 }
 
@@ -45,9 +52,19 @@ func (m *PodManager) Serve(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return fmt.Errorf("node agent endpoint certificate: %w", err)
 	}
+	tlsCfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if cfg.ClientCAFile != "" {
+		pem, err := os.ReadFile(cfg.ClientCAFile)
+		if err != nil {
+			return fmt.Errorf("node agent endpoint client CA: %w", err)
+		}
+		tlsCfg.ClientCAs = x509.NewCertPool()
+		tlsCfg.ClientCAs.AppendCertsFromPEM(pem)
+		tlsCfg.ClientAuth = tls.VerifyClientCertIfGiven
+	}
 	srv := &http.Server{
-		Handler:           requireToken(cfg.Token, mux),
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		Handler:           requireCaller(cfg, mux),
+		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	l, err := net.Listen("tcp", cfg.Address)
@@ -68,10 +85,16 @@ func (m *PodManager) Serve(ctx context.Context, cfg ServerConfig) error {
 	return nil
 }
 
-func requireToken(token string, next http.Handler) http.Handler {
+// requireCaller admits a request with a verified client certificate of one of
+// cfg.ClientNames, or with cfg.Token; others get 401.
+func requireCaller(cfg ServerConfig, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && slices.Contains(cfg.ClientNames, r.TLS.VerifiedChains[0][0].Subject.CommonName) {
+			next.ServeHTTP(w, r)
+			return
+		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+		if cfg.Token == "" || !ok || subtle.ConstantTimeCompare([]byte(got), []byte(cfg.Token)) != 1 {
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
 			return
 		}

@@ -19,6 +19,9 @@ type volumeSources struct {
 	Secret    func(namespace, name string) (*corev1.Secret, error)
 	PVC       func(namespace, name string) (*corev1.PersistentVolumeClaim, error)
 	PV        func(name string) (*corev1.PersistentVolume, error)
+	// ServiceAccountToken returns a token of the pod's service account for a projected
+	// serviceAccountToken source, refreshed when due.
+	ServiceAccountToken func(pod *corev1.Pod, p *corev1.ServiceAccountTokenProjection) ([]byte, error)
 }
 
 // errVolumeNotReady marks volumes that cannot be set up yet (an unbound claim, a missing
@@ -27,7 +30,8 @@ var errVolumeNotReady = errors.New("volume not ready")
 
 // prepareVolumes makes every volume of the pod available on the host under podDir and returns
 // the host path of each by name. It is run on every sync, so ConfigMap, Secret and downward
-// API contents follow changes of their sources.
+// API contents follow changes of their sources and projected service account tokens are
+// replaced when they are refreshed.
 func prepareVolumes(pod *corev1.Pod, podDir string, src volumeSources) (map[string]string, error) {
 	paths := map[string]string{}
 	for _, v := range pod.Spec.Volumes {
@@ -228,8 +232,7 @@ func writeProjected(dir string, pod *corev1.Pod, p *corev1.ProjectedVolumeSource
 		case s.DownwardAPI != nil:
 			files, err = downwardFiles(pod, s.DownwardAPI.Items, p.DefaultMode)
 		case s.ServiceAccountToken != nil:
-			// Token requests are not served yet; the path is left empty rather than faked.
-			continue
+			files, err = tokenFiles(dir, pod, s.ServiceAccountToken, p.DefaultMode, src)
 		}
 		if err != nil {
 			return err
@@ -237,6 +240,25 @@ func writeProjected(dir string, pod *corev1.Pod, p *corev1.ProjectedVolumeSource
 		merge(files)
 	}
 	return syncFiles(dir, all)
+}
+
+// tokenFiles gives the file of a serviceAccountToken source. When no token can be had but the
+// volume already holds one (the pod ran before, or the agent restarted), that one stays and
+// the request is tried again at the next sync; a pod that has none yet cannot start.
+func tokenFiles(dir string, pod *corev1.Pod, s *corev1.ServiceAccountTokenProjection, defMode *int32, src volumeSources) (map[string]fileContent, error) {
+	if src.ServiceAccountToken == nil {
+		return nil, fmt.Errorf("serviceAccountToken %q: tokens cannot be requested on this host", s.Path)
+	}
+	token, err := src.ServiceAccountToken(pod, s)
+	if err != nil {
+		clean := filepath.Clean("/" + s.Path)[1:]
+		old, rerr := os.ReadFile(filepath.Join(dir, clean))
+		if clean == "" || strings.HasPrefix(clean, "..") || rerr != nil || len(old) == 0 {
+			return nil, fmt.Errorf("serviceAccountToken %q: %w", s.Path, err)
+		}
+		token = old
+	}
+	return map[string]fileContent{s.Path: {token, fileMode(nil, defMode)}}, nil
 }
 
 // syncFiles makes dir hold exactly files (paths may have subdirectories), rewriting only

@@ -202,6 +202,9 @@ func (w *podWorker) sync(ctx context.Context, pod *corev1.Pod) error {
 				return w.m.pvcs.PersistentVolumeClaims(ns).Get(n)
 			},
 			PV: w.m.pvs.Get,
+			ServiceAccountToken: func(pod *corev1.Pod, p *corev1.ServiceAccountTokenProjection) ([]byte, error) {
+				return w.m.tokens.token(ctx, pod, p)
+			},
 		})
 		if volErr != nil {
 			w.event(pod, corev1.EventTypeWarning, "FailedMount", volErr.Error())
@@ -400,7 +403,11 @@ func (w *podWorker) startAttempt(ctx context.Context, pod *corev1.Pod, c *corev1
 	if err := w.ensureImage(ctx, pod, c); err != nil {
 		return err
 	}
-	env, err := containerEnv(pod, c, envSources{ConfigMap: w.m.configMap, Secret: w.m.secret, Services: w.m.serviceEnvSources(pod)})
+	services, err := w.m.serviceEnvSources(pod)
+	var env []string
+	if err == nil {
+		env, err = containerEnv(pod, c, envSources{ConfigMap: w.m.configMap, Secret: w.m.secret, Services: services})
+	}
 	if err != nil {
 		w.waiting[c.Name] = [2]string{"CreateContainerConfigError", err.Error()}
 		w.event(pod, corev1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))

@@ -34,6 +34,13 @@ func (h *Host) startAPI() error {
 	// The storage's etcd clients retry through every blip of a member; their warnings are
 	// noise, their errors are not.
 	apiserver.SetStorageEtcdClientLogger(logging.ZapAtLeast("etcd-client", logrus.ErrorLevel))
+	if err := h.issueIdentities(); err != nil {
+		return err
+	}
+	saKey, redactionKey, err := h.siteKeys()
+	if err != nil {
+		return err
+	}
 	server, err := apiserver.New(apiserver.Config{
 		BindAddress:      h.listen,
 		Port:             c.APIPort,
@@ -45,10 +52,14 @@ func (h *Host) startAPI() error {
 		Tokens: map[string]*user.DefaultInfo{
 			h.adminToken: {Name: "admin", UID: "admin", Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}},
 		},
+		ClientCAFile:             h.ca.CertFile(),
+		ServiceAccountKey:        saKey,
+		MaxTokenLifetime:         c.ServiceAccountMaxTokenTTL,
+		RedactionKey:             redactionKey,
 		Validation:               h.vopts,
 		DefaultTolerationSeconds: c.DefaultTolerationSeconds,
 		Unauthenticated:          map[string]http.Handler{etcd.CACertsPath: joinServer, etcd.JoinPath: joinServer, gitsync.WebhookPathPrefix: gitHook},
-		Nodes:                    apiserver.NodeConnection{CAFile: h.ca.CertFile(), Token: h.adminToken},
+		Nodes:                    apiserver.NodeConnection{CAFile: h.ca.CertFile(), CertFile: h.certs.nodeClientCert, KeyFile: h.certs.nodeClientKey},
 	})
 	if err != nil {
 		return err
@@ -59,7 +70,10 @@ func (h *Host) startAPI() error {
 		h.apiErr = server.Run(h.runCtx)
 		close(h.apiStopped)
 	}()
-	if h.client, err = kubernetes.NewForConfig(server.Loopback); err != nil {
+	if h.apiClient, err = kubernetes.NewForConfig(server.Loopback); err != nil {
+		return err
+	}
+	if h.client, err = kubernetes.NewForConfig(h.ids.node); err != nil {
 		return err
 	}
 	if err := h.waitReady(); err != nil {
@@ -103,7 +117,7 @@ func (h *Host) waitReady() error {
 			return false, fmt.Errorf("API server stopped before it was ready: %w", h.apiErr)
 		default:
 		}
-		body, err := h.client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		body, err := h.apiClient.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		return err == nil && string(body) == "ok", nil
 	})
 }
@@ -111,7 +125,7 @@ func (h *Host) waitReady() error {
 // startSite runs what every host keeps up for the site: the `kubernetes` Service, the etcd
 // membership, and the GitSource of --git-url.
 func (h *Host) startSite() error {
-	go runKubernetesService(h.runCtx, h.client, firstIP(h.vopts.ServiceCIDR), int32(h.cfg.APIPort))
+	go runKubernetesService(h.runCtx, h.apiClient, firstIP(h.vopts.ServiceCIDR), int32(h.cfg.APIPort))
 	h.runEtcdMembership()
 	if h.cfg.GitURL == "" {
 		return nil
@@ -151,15 +165,17 @@ func (h *Host) startControllers() error {
 		if c.Name == "gitsync" {
 			// While another host leads, keep gitsync's clones warm for the day this one does.
 			go func() {
-				_ = gitsync.RunWarm(h.runCtx, h.server.Loopback, gitsync.WarmConfig{CacheDir: filepath.Join(h.dataDir, "git"), Identity: h.cfg.Name, Lease: "flotilla-controllers"})
+				_ = gitsync.RunWarm(h.runCtx, h.ids.controller("gitsync"), gitsync.WarmConfig{CacheDir: filepath.Join(h.dataDir, "git"), Identity: h.cfg.Name, Lease: "flotilla-controllers"})
 			}()
 		}
 	}
 	for lease, list := range groups {
 		go func() {
-			_ = controllers.RunWhileLeader(h.runCtx, h.server.Loopback, lease, h.cfg.Name, controllers.LeaderConfig{},
+			_ = controllers.RunWhileLeader(h.runCtx, h.ids.controllerManager, lease, h.cfg.Name, controllers.LeaderConfig{},
 				func(ctx context.Context) {
-					if err := controllers.RunControllers(ctx, h.server.Loopback, list, func(c *controllers.Context) {
+					if err := controllers.RunControllers(ctx, h.ids.controllerManager, list, func(c *controllers.Context) {
+						c.ConfigFor = h.ids.controller
+						c.RootCA = h.ca.CertPEM
 						c.HostDeadSince = func(name string) (time.Time, bool) {
 							since, dead := h.dead.Since()[name]
 							return since, dead

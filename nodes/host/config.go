@@ -47,6 +47,9 @@ type Config struct {
 	// NodeMonitorGracePeriod is how long a host may miss heartbeats before its Node goes
 	// Ready=Unknown.
 	NodeMonitorGracePeriod time.Duration
+	// ServiceAccountMaxTokenTTL caps the lifetime of the ServiceAccount tokens the API
+	// issues (48h; tests lower it to watch pods' tokens being refreshed).
+	ServiceAccountMaxTokenTTL time.Duration
 	// GitURL, GitRef and GitPath are recorded as GitSource kube-system/root when GitURL is set.
 	GitURL, GitRef, GitPath string
 
@@ -75,7 +78,7 @@ func DefaultConfig() Config {
 		ServiceCIDR: "10.96.0.0/12", NodePortRange: "30000-32767", ShutdownTimeout: 5 * time.Second,
 		EtcdVoters: 3, VoterReplaceAfter: 60 * time.Second, Controllers: "*",
 		DefaultTolerationSeconds: 300, NodeMonitorGracePeriod: 40 * time.Second, GitRef: "main",
-		Pods: true, AgentPort: 10250, ClusterCIDR: "10.244.0.0/16", ClusterDNS: "10.96.0.10",
+		ServiceAccountMaxTokenTTL: 48 * time.Hour, Pods: true, AgentPort: 10250, ClusterCIDR: "10.244.0.0/16", ClusterDNS: "10.96.0.10",
 		Proxy: true, ProxyMode: "auto", IngressHTTPPort: 80, IngressHTTPSPort: 443,
 	}
 }
@@ -114,6 +117,9 @@ func (c *Config) Complete() (validation.Options, error) {
 	}
 	if c.IngressHTTPSPort < 0 || c.IngressHTTPSPort > 65535 {
 		return vopts, fmt.Errorf("--ingress-https-port %d is not a port (0 disables HTTPS)", c.IngressHTTPSPort)
+	}
+	if c.ServiceAccountMaxTokenTTL < 30*time.Second {
+		return vopts, fmt.Errorf("--service-account-max-token-ttl %s: give at least 30s (default 48h)", c.ServiceAccountMaxTokenTTL)
 	}
 	cidr, err := netip.ParsePrefix(c.ServiceCIDR)
 	if err != nil || !cidr.Addr().Is4() {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/gitsync"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/clusterroleaggregation"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/cronjob"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/daemonset"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/deployment"
@@ -19,6 +20,7 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/nodelifecycle"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/podautoscaler"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/replicaset"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/rootca"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/serviceaccount"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/servicelb"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/statefulset"
@@ -45,6 +47,8 @@ func controllerList(cfg Config) []controllers.Named {
 		{Name: "volumebinding", New: volumebinding.New, Workers: 2},
 		{Name: "localvolume", New: func(c *controllers.Context) (controllers.Runner, error) { return localvolume.New(c) }, Workers: 2},
 		{Name: "serviceaccount", New: serviceaccount.New, Workers: 1},
+		{Name: "rootca", New: rootca.New, Workers: 1},
+		{Name: "clusterroleaggregation", New: clusterroleaggregation.New, Workers: 1},
 		{Name: "unenforced", New: unenforced.New, Workers: 1},
 		{Name: "garbagecollector", New: func(c *controllers.Context) (controllers.Runner, error) { return garbagecollector.New(c) }, Workers: 3},
 		{Name: "endpointslice", New: endpointslice.New, Workers: 3},

@@ -69,7 +69,12 @@ type Host struct {
 	server     *apiserver.Server
 	apiStopped chan struct{}
 	apiErr     error
-	client     kubernetes.Interface
+	// apiClient is the API server's own (loopback) client, for what the API server keeps
+	// up itself: readiness, the kubernetes and kube-dns Services, the IngressClass.
+	apiClient kubernetes.Interface
+	// client is the host's node identity, for the node agent, pod network and proxies.
+	client kubernetes.Interface
+	ids    *identities
 	// informers is the host's one shared factory for cluster-wide kinds; podInformers
 	// watches only the pods bound to this host. Every subsystem of the host registers with
 	// these, so each kind is watched once per host.

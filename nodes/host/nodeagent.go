@@ -107,7 +107,8 @@ func (h *Host) runPods(node agent.NodeConfig) error {
 	})
 	go func() {
 		addr := net.JoinHostPort(c.ListenAddress, strconv.Itoa(c.AgentPort))
-		if err := pm.Serve(ctx, agent.ServerConfig{Address: addr, CertFile: h.certs.apiCert, KeyFile: h.certs.apiKey, Token: h.adminToken}); err != nil {
+		if err := pm.Serve(ctx, agent.ServerConfig{Address: addr, CertFile: h.certs.apiCert, KeyFile: h.certs.apiKey,
+			ClientCAFile: h.ca.CertFile(), ClientNames: []string{nodeClientName}}); err != nil {
 			h.log.WithError(err).Error("node agent endpoint stopped: pod logs, exec and port-forward to this host fail")
 		}
 	}()
@@ -151,14 +152,14 @@ func (h *Host) startProxy() error {
 	}()
 	dnsIP := net.ParseIP(c.ClusterDNS)
 	go func() {
-		h.retry("ensure Service kube-system/kube-dns", func(ctx context.Context) error { return dns.EnsureService(ctx, h.client, dnsIP) })
+		h.retry("ensure Service kube-system/kube-dns", func(ctx context.Context) error { return dns.EnsureService(ctx, h.apiClient, dnsIP) })
 		err := dns.Run(ctx, h.client, dns.Config{ListenIP: dnsIP, Log: logrus.WithField("component", "dns"), Informers: h.informers})
 		if err != nil && ctx.Err() == nil {
 			log.WithError(err).Error("cluster DNS stopped")
 		}
 	}()
 	go func() {
-		h.retry("ensure IngressClass flotilla", func(ctx context.Context) error { return ingress.EnsureClass(ctx, h.client) })
+		h.retry("ensure IngressClass flotilla", func(ctx context.Context) error { return ingress.EnsureClass(ctx, h.apiClient) })
 		httpsAddr := ""
 		if c.IngressHTTPSPort > 0 {
 			httpsAddr = net.JoinHostPort(c.ListenAddress, strconv.Itoa(c.IngressHTTPSPort))

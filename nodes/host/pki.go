@@ -25,7 +25,12 @@ type certs struct {
 	etcdServerCert, etcdServerKey string
 	etcdPeerCert, etcdPeerKey     string
 	etcdClientCert, etcdClientKey string
+	// nodeClient is the API server's client certificate for the node agents.
+	nodeClientCert, nodeClientKey string
 }
+
+// nodeClientName is the common name the node agents admit: the API server's.
+const nodeClientName = "kube-apiserver-kubelet-client"
 
 // ensureSiteToken makes the first host's join token (a secret, and the pin of its CA) unless
 // one was given or kept from an earlier start, and writes it to <data-dir>/token.
@@ -74,6 +79,9 @@ func (h *Host) issueCerts() error {
 		return err
 	}
 	if c.etcdClientCert, c.etcdClientKey, err = h.ca.Ensure(pki.Request{Name: "etcd-client", CommonName: "kube-apiserver-etcd-client", Usage: pki.Client}); err != nil {
+		return err
+	}
+	if c.nodeClientCert, c.nodeClientKey, err = h.ca.Ensure(pki.Request{Name: "apiserver-node-client", CommonName: nodeClientName, Usage: pki.Client}); err != nil {
 		return err
 	}
 	h.adminToken, err = loadOrCreateToken(h.adminPath)

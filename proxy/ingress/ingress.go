@@ -124,11 +124,6 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config) error {
 		}
 		_, httpsPort, _ = net.SplitHostPort(httpsL.Addr().String())
 	}
-	if cfg.ClassName == DefaultClassName {
-		if err := EnsureClass(ctx, client); err != nil {
-			cfg.Log.WithError(err).Warn("cannot ensure the default IngressClass")
-		}
-	}
 	c := newController(client, cfg, NewServer(httpsPort, cfg.Log))
 	return c.run(ctx, httpL, httpsL)
 }

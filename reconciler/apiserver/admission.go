@@ -6,8 +6,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/flotilla-dev/flotilla/reconciler/authz/rbac"
 )
 
 // admissionPlugins returns the admission chain, in the order the plugins run: NamespaceLifecycle
@@ -17,7 +20,10 @@ import (
 //
 // The admission webhooks come last, as in kube-apiserver: they see the object after every
 // built-in mutation and only when the built-in checks passed.
-func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Interface, hooks webhookDeps) ([]admission.Interface, error) {
+//
+// Plan-only users are refused any write that is not a dry-run before anything else looks
+// at it; the RBAC escalation checks run with the validating plugins.
+func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Interface, hooks webhookDeps, rb *rbac.Authorizer, authz authorizer.Authorizer) ([]admission.Interface, error) {
 	nsLifecycle, err := lifecycle.NewLifecycle(sets.New(SystemNamespaces...))
 	if err != nil {
 		return nil, err
@@ -28,11 +34,15 @@ func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Inter
 		return nil, fmt.Errorf("namespace lifecycle admission: %w", err)
 	}
 	plugins := []admission.Interface{
+		newPlannerGuard(),
 		nsLifecycle,
+		newServiceAccountAdmission(client, f),
 		newNodeFeatureValidator(f),
 		newRuntimeClassPlugin(f, client),
 		newPriorityPlugin(f, client),
 		newUnenforcedKindsWarner(),
+		newRBACEscalationGuard(rb),
+		newConnectCreateGuard(authz),
 	}
 	webhooks, err := webhookPlugins(f, client, hooks)
 	if err != nil {

@@ -24,10 +24,14 @@ import (
 )
 
 // NodeConnection is how the API server reaches the node agents (pods/log): their HTTPS
-// endpoint, verified with the site CA, authenticated with a bearer token.
+// endpoint, verified with the site CA, authenticated with a client certificate (or a bearer
+// token).
 type NodeConnection struct {
 	CAFile string
-	Token  string
+	// CertFile and KeyFile are the client certificate the agents admit.
+	CertFile, KeyFile string
+	// Token is sent as a bearer token when set.
+	Token string
 }
 
 // nodeDialer builds the requests to a pod's node agent.
@@ -50,6 +54,13 @@ func newNodeDialer(pods, nodes rest.Getter, conn NodeConnection) (*nodeDialer, e
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(pem)
 		tlsCfg.RootCAs = pool
+	}
+	if conn.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(conn.CertFile, conn.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate for node connections: %w", err)
+		}
+		tlsCfg.Certificates = []tls.Certificate{cert}
 	}
 	base := &http.Transport{TLSClientConfig: tlsCfg, DialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
 		ResponseHeaderTimeout: 30 * time.Second}

@@ -45,17 +45,17 @@ import (
 // installReviewAPIs serves authentication.k8s.io/v1 and authorization.k8s.io/v1. authn
 // authenticates the tokens of TokenReviews and apiAudiences are the audiences a token is
 // checked for when a review names none (both as the server authenticates requests with);
-// authz answers the access reviews and, when it is an authorizer.RuleResolver, the rules
-// reviews. The scheme must have both groups' types (NewScheme).
+// authz answers the access reviews and rules the rules reviews (nil: they are refused as not
+// supported). The scheme must have both groups' types (NewScheme).
 func installReviewAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, codecs serializer.CodecFactory,
-	authn authenticator.Request, apiAudiences authenticator.Audiences, authz authorizer.Authorizer) error {
+	authn authenticator.Request, apiAudiences authenticator.Audiences, authz authorizer.Authorizer, rules authorizer.RuleResolver) error {
 	authnInfo := genericapiserver.NewDefaultAPIGroupInfo(authenticationv1.GroupName, scheme, metav1.ParameterCodec, codecs)
 	authnInfo.VersionedResourcesStorageMap[authenticationv1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"tokenreviews":       &tokenReviewREST{authn: authn, apiAudiences: apiAudiences},
 		"selfsubjectreviews": &selfSubjectReviewREST{},
 	}
 	authzInfo := genericapiserver.NewDefaultAPIGroupInfo(authorizationv1.GroupName, scheme, metav1.ParameterCodec, codecs)
-	authzInfo.VersionedResourcesStorageMap[authorizationv1.SchemeGroupVersion.Version] = newAuthorizationStorage(authz)
+	authzInfo.VersionedResourcesStorageMap[authorizationv1.SchemeGroupVersion.Version] = newAuthorizationStorage(authz, rules)
 	if err := s.InstallAPIGroups(&authnInfo, &authzInfo); err != nil {
 		return fmt.Errorf("install review APIs: %w", err)
 	}
@@ -63,8 +63,7 @@ func installReviewAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Sch
 }
 
 // newAuthorizationStorage returns the storages of authorization.k8s.io/v1 by resource.
-func newAuthorizationStorage(authz authorizer.Authorizer) map[string]rest.Storage {
-	rules, _ := authz.(authorizer.RuleResolver)
+func newAuthorizationStorage(authz authorizer.Authorizer, rules authorizer.RuleResolver) map[string]rest.Storage {
 	return map[string]rest.Storage{
 		"subjectaccessreviews":      &subjectAccessReviewREST{authz: authz},
 		"localsubjectaccessreviews": &localSubjectAccessReviewREST{authz: authz},

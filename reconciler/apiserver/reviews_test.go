@@ -44,13 +44,14 @@ var reviewTokens = map[string]*user.DefaultInfo{
 func newReviewTestServer(t *testing.T, authz authorizer.Authorizer) func(token string) kubernetes.Interface {
 	t.Helper()
 	scheme, codecs, gc := newTestGenericConfig()
+	rules, _ := authz.(authorizer.RuleResolver)
 	gc.Authentication.Authenticator = bearertoken.New(tokenfile.New(reviewTokens))
 	gc.Authorization.Authorizer = authz
 	s, err := gc.Complete(nil).New("reviews-test", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := installReviewAPIs(s, scheme, codecs, gc.Authentication.Authenticator, authenticator.Audiences{apiAud}, gc.Authorization.Authorizer); err != nil {
+	if err := installReviewAPIs(s, scheme, codecs, gc.Authentication.Authenticator, authenticator.Audiences{apiAud}, gc.Authorization.Authorizer, rules); err != nil {
 		t.Fatalf("installReviewAPIs: %v", err)
 	}
 	srv := httptest.NewServer(s.Handler)

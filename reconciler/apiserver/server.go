@@ -5,6 +5,7 @@ package apiserver
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"net"
 	"net/http"
@@ -18,10 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apiserver/pkg/admission"
-	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
-	"k8s.io/apiserver/pkg/authentication/token/tokenfile"
 	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	aggregated "k8s.io/apiserver/pkg/endpoints/discovery/aggregated"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/registry/generic"
@@ -56,6 +54,19 @@ type Config struct {
 	Etcd EtcdClientConfig
 	// Tokens maps bearer tokens to users.
 	Tokens map[string]*user.DefaultInfo
+	// ClientCAFile is the CA whose client certificates authenticate users: the common
+	// name is the user, the organizations its groups ("" for none).
+	ClientCAFile string
+	// ServiceAccountKey signs and verifies ServiceAccount tokens (nil: TokenRequest is
+	// refused and no ServiceAccount token authenticates). Every host of a site must use
+	// the same key.
+	ServiceAccountKey ed25519.PrivateKey
+	// MaxTokenLifetime caps the lifetime of the ServiceAccount tokens issued (longer
+	// requests are shortened, with a warning); 48h when 0.
+	MaxTokenLifetime time.Duration
+	// RedactionKey keys the digests that replace Secret values for plan-only users (the
+	// same on every host, so that a plan compares digests made by any of them).
+	RedactionKey []byte
 	// Validation carries the service CIDR and node port range.
 	Validation validation.Options
 	// DefaultTolerationSeconds is the tolerationSeconds of the node.kubernetes.io/not-ready and
@@ -123,9 +134,20 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("configure serving on %s:%d: %w", cfg.BindAddress, cfg.Port, err)
 	}
 
-	// Bearer tokens only, no anonymous access: a request without a valid token gets 401.
-	gc.Authentication.Authenticator = bearertoken.New(tokenfile.New(cfg.Tokens))
-	gc.Authorization.Authorizer = authorizerfactory.NewAlwaysAllowAuthorizer()
+	client, err := kubernetes.NewForConfig(gc.LoopbackClientConfig)
+	if err != nil {
+		return nil, fmt.Errorf("loopback client: %w", err)
+	}
+	informerFactory := informers.NewSharedInformerFactory(client, 10*time.Minute)
+
+	auth, err := newSiteAuth(cfg, informerFactory, client, &gc.SecureServing)
+	if err != nil {
+		return nil, err
+	}
+	gc.Authentication.Authenticator = auth.authn
+	gc.Authentication.APIAudiences = auth.apiAudiences
+	gc.Authorization.Authorizer = auth.authz
+	gc.RuleResolver = auth.rbac
 	genericapiserver.AuthorizeClientBearerToken(gc.LoopbackClientConfig, &gc.Authentication, &gc.Authorization)
 
 	// One aggregated discovery document for the whole chain: every server adds its groups.
@@ -155,16 +177,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("configure etcd storage %v: %w", cfg.Etcd.Servers, err)
 	}
 
-	client, err := kubernetes.NewForConfig(gc.LoopbackClientConfig)
-	if err != nil {
-		return nil, fmt.Errorf("loopback client: %w", err)
-	}
-	informerFactory := informers.NewSharedInformerFactory(client, 10*time.Minute)
 	hooks, err := newWebhookDeps(informerFactory, gc.LoopbackClientConfig)
 	if err != nil {
 		return nil, err
 	}
-	plugins, err := admissionPlugins(informerFactory, client, hooks)
+	plugins, err := admissionPlugins(informerFactory, client, hooks, auth.rbac, auth.authz)
 	if err != nil {
 		return nil, err
 	}
@@ -191,10 +208,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create API server: %w", err)
 	}
-	if err := installAPIs(generic, scheme, codecs, gc.RESTOptionsGetter, cfg.Validation, cfg.DefaultTolerationSeconds, cfg.Nodes); err != nil {
+	if err := installAPIs(generic, scheme, codecs, gc.RESTOptionsGetter, cfg.Validation, cfg.DefaultTolerationSeconds, cfg.Nodes, authDeps{redactionKey: cfg.RedactionKey, tokens: auth.tokens}); err != nil {
 		return nil, err
 	}
-	if err := installReviewAPIs(generic, scheme, codecs, gc.Authentication.Authenticator, gc.Authentication.APIAudiences, gc.Authorization.Authorizer); err != nil {
+	if err := installReviewAPIs(generic, scheme, codecs, gc.Authentication.Authenticator, gc.Authentication.APIAudiences, gc.Authorization.Authorizer, auth.rbac); err != nil {
 		return nil, err
 	}
 	generic.AddPostStartHookOrDie("flotilla-start-informers", func(hc genericapiserver.PostStartHookContext) error {
@@ -203,6 +220,9 @@ func New(cfg Config) (*Server, error) {
 	})
 	generic.AddPostStartHookOrDie("flotilla-bootstrap-objects", func(hc genericapiserver.PostStartHookContext) error {
 		return ensureBootstrapObjects(hc, client)
+	})
+	generic.AddPostStartHookOrDie("flotilla-bootstrap-rbac", func(hc genericapiserver.PostStartHookContext) error {
+		return reconcileBootstrapPolicy(hc, client, informerFactory)
 	})
 	// The aggregator comes last: it takes over the post-start hooks of the servers behind it.
 	agg, err := newAggregator(aggCfg, generic, extensions.Informers.Apiextensions().V1().CustomResourceDefinitions())
@@ -225,8 +245,15 @@ func (s *Server) Run(ctx context.Context) error {
 	return prepared.Run(ctx)
 }
 
+// authDeps is what the storages need of authentication: the key of Secret redaction for
+// planners and the issuer of ServiceAccount tokens (nil: no TokenRequest).
+type authDeps struct {
+	redactionKey []byte
+	tokens       *TokenIssuer
+}
+
 // installAPIs creates the storage of every served resource and installs the API groups.
-func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, codecs serializer.CodecFactory, optsGetter generic.RESTOptionsGetter, vopts validation.Options, tolerationSeconds int64, nodes NodeConnection) error {
+func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, codecs serializer.CodecFactory, optsGetter generic.RESTOptionsGetter, vopts validation.Options, tolerationSeconds int64, nodes NodeConnection, ad authDeps) error {
 	groups := map[string]*genericapiserver.APIGroupInfo{}
 	var order []string
 	stores := map[schema.GroupResource]*store{}
@@ -289,6 +316,10 @@ func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, c
 	core["pods/log"] = &podLogREST{d: dialer}
 	core["pods/exec"] = &podExecREST{d: dialer}
 	core["pods/portforward"] = &podPortForwardREST{d: dialer}
+	core["secrets"] = &redactedSecrets{store: stores[corev1.Resource("secrets")], key: ad.redactionKey}
+	if ad.tokens != nil {
+		core["serviceaccounts/token"] = tokenRequestStorage(ad.tokens)
+	}
 	nsStore := stores[corev1.Resource("namespaces")]
 	core["namespaces"] = &namespaceREST{store: nsStore}
 	core["namespaces/finalize"] = newFinalizeREST(nsStore.Store, strategies[corev1.Resource("namespaces")])

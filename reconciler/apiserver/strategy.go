@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	genericvalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -66,9 +67,26 @@ func (s *strategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
 			m.SetGeneration(1)
 		}
 	}
+	mergeStringData(obj)
 	if s.prepareCreate != nil {
 		s.prepareCreate(ctx, obj)
 	}
+}
+
+// mergeStringData folds a Secret's write-only stringData into data, overwriting the keys
+// it names, as the API does on every write; stringData is never stored or returned.
+func mergeStringData(obj runtime.Object) {
+	sec, ok := obj.(*corev1.Secret)
+	if !ok || len(sec.StringData) == 0 {
+		return
+	}
+	if sec.Data == nil {
+		sec.Data = map[string][]byte{}
+	}
+	for k, v := range sec.StringData {
+		sec.Data[k] = []byte(v)
+	}
+	sec.StringData = nil
 }
 
 func (s *strategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
@@ -76,6 +94,7 @@ func (s *strategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object
 		copyField(obj, old, "Status")
 	}
 	bumpGeneration(obj, old)
+	mergeStringData(obj)
 	if s.prepareUpdate != nil {
 		s.prepareUpdate(ctx, obj, old)
 	}

@@ -34,4 +34,12 @@ type Context struct {
 	// HostDeadSince reports since when gossip considers a host dead (nil when gossip is not
 	// available, as in controller tests).
 	HostDeadSince func(name string) (time.Time, bool)
+	// RootCA is the site CA certificate (PEM) that the rootca controller publishes in every
+	// namespace as ConfigMap kube-root-ca.crt, for pods to verify the API server.
+	RootCA []byte
+	// ConfigFor, when set, returns the client configuration of the named controller: its
+	// Config, Client, Dynamic and Metadata are built from it, so that it writes as itself
+	// with the permissions of its own role. The informers, the REST mapper and the event
+	// recorder stay shared.
+	ConfigFor func(controller string) *rest.Config
 }

@@ -96,7 +96,13 @@ func RunControllers(ctx context.Context, cfg *rest.Config, list []Named, customi
 	}
 	var runners []Runner
 	for _, n := range list {
-		r, err := n.New(cctx)
+		c := cctx
+		if cctx.ConfigFor != nil {
+			if c, err = cctx.forController(cctx.ConfigFor(n.Name)); err != nil {
+				return fmt.Errorf("controller %s: %w", n.Name, err)
+			}
+		}
+		r, err := n.New(c)
 		if err != nil {
 			return fmt.Errorf("controller %s: %w", n.Name, err)
 		}

@@ -19,6 +19,28 @@ import (
 	"k8s.io/client-go/tools/record"
 )
 
+// forController returns a copy of c whose clients use cfg (with c's rate limits unless cfg
+// sets its own) and whose informers, REST mapper and recorder are c's.
+func (c *Context) forController(cfg *rest.Config) (*Context, error) {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = c.Config.QPS, c.Config.Burst
+	}
+	out := *c
+	out.Config = cfg
+	var err error
+	if out.Client, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	if out.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	if out.Metadata, err = metadata.NewForConfig(cfg); err != nil {
+		return nil, fmt.Errorf("metadata client: %w", err)
+	}
+	return &out, nil
+}
+
 // NewContext builds a Context from a client configuration: clients, a discovery-backed REST
 // mapper and (not yet started) informer factories without periodic resync.
 func NewContext(cfg *rest.Config) (*Context, error) {

@@ -1,5 +1,6 @@
 // Package pki keeps a site's certificate authority and the certificates signed by it: the API
-// server's serving certificate and etcd's client and peer certificates.
+// server's serving certificate, etcd's client and peer certificates, and the client
+// certificates of the kubeconfigs made for people and CI jobs.
 package pki
 
 import (
@@ -15,11 +16,13 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -96,6 +99,92 @@ func LoadOrCreateCA(dir, commonName string) (*CA, error) {
 	return &CA{Cert: cert, CertPEM: certPEM, key: key, dir: dir}, nil
 }
 
+// LoadCA loads the CA of DIR/ca.crt and DIR/ca.key, which must exist: unlike LoadOrCreateCA
+// it never creates one. When a file is missing the error names the files and wraps
+// fs.ErrNotExist; when they cannot be read (not root) it wraps fs.ErrPermission.
+func LoadCA(dir string) (*CA, error) {
+	certPath, keyPath := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	var missing []string
+	for _, p := range []string{certPath, keyPath} {
+		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+			missing = append(missing, filepath.Base(p))
+		} else if err != nil {
+			return nil, fmt.Errorf("read the site CA in %s: %w", dir, err)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, &noCAError{dir: dir, missing: missing}
+	}
+	cert, certPEM, key, err := loadPair(certPath, keyPath)
+	if err != nil {
+		return nil, fmt.Errorf("load CA from %s: %w", dir, err)
+	}
+	if !cert.IsCA {
+		return nil, fmt.Errorf("load CA from %s: %s is not a CA certificate", dir, certPath)
+	}
+	return &CA{Cert: cert, CertPEM: certPEM, key: key, dir: dir}, nil
+}
+
+// noCAError says which files of a CA are missing; it is an fs.ErrNotExist.
+type noCAError struct {
+	dir     string
+	missing []string
+}
+
+func (e *noCAError) Error() string {
+	return fmt.Sprintf("no site CA in %s (%s)", e.dir, strings.Join(e.missing, ", "))
+}
+
+func (e *noCAError) Unwrap() error { return fs.ErrNotExist }
+
+// IssueClient signs a client certificate (client authentication only, a new ECDSA P-256 key)
+// for commonName, the user name the API sees, with organizations as its groups. It is valid
+// from five minutes ago (for clocks a little behind) for ttl, and never past the CA's own
+// expiry: a ttl that would outlive the CA is an error. Nothing is written to the CA's
+// directory; the key is PKCS #8 PEM.
+func (ca *CA) IssueClient(commonName string, organizations []string, ttl time.Duration) (certPEM, keyPEM []byte, err error) {
+	if commonName == "" {
+		return nil, nil, errors.New("a client certificate needs a common name (the user name)")
+	}
+	if slices.Contains(organizations, "") {
+		return nil, nil, errors.New("a client certificate's organizations (its groups) must not be empty strings")
+	}
+	if ttl <= 0 {
+		return nil, nil, fmt.Errorf("validity %s: must be positive", ttl)
+	}
+	if ca.key == nil {
+		return nil, nil, errors.New("the CA has no private key: it cannot sign")
+	}
+	now := time.Now()
+	notAfter := now.Add(ttl)
+	if notAfter.After(ca.Cert.NotAfter) {
+		return nil, nil, fmt.Errorf("validity %s would end after the site CA expires (%s): at most %dh is possible",
+			ttl, ca.Cert.NotAfter.UTC().Format(time.RFC3339), int64(ca.Cert.NotAfter.Sub(now)/time.Hour))
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: commonName, Organization: slices.Clone(organizations)},
+		NotBefore:    now.Add(-5 * time.Minute),
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sign a client certificate for %s: %w", commonName, err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
+}
+
 // Hash is the CA's pin, "sha256:<hex of the DER certificate>" (as in k3s join tokens).
 func (ca *CA) Hash() string {
 	sum := sha256.Sum256(ca.Cert.Raw)
@@ -110,8 +199,9 @@ func (ca *CA) Paths(name string) (certFile, keyFile string) {
 	return filepath.Join(ca.dir, name+".crt"), filepath.Join(ca.dir, name+".key")
 }
 
-// Ensure issues the certificate unless a valid one with the same names already exists, and
-// returns its paths. A host whose address changed gets a new certificate with the same key.
+// Ensure issues the certificate unless a valid one with the same names and organizations
+// already exists, and returns its paths. A host whose address changed, or a component whose
+// groups changed, gets a new certificate with the same key.
 func (ca *CA) Ensure(req Request) (certFile, keyFile string, err error) {
 	certFile, keyFile = ca.Paths(req.Name)
 	var key crypto.Signer
@@ -155,8 +245,16 @@ func (ca *CA) Ensure(req Request) (certFile, keyFile string, err error) {
 	return certFile, keyFile, nil
 }
 
+// covers reports whether cert is what req asks for: the same common name and organizations
+// (the groups the API sees, in any order), and at least its DNS names and addresses.
 func covers(cert *x509.Certificate, req Request) bool {
 	if cert.Subject.CommonName != req.CommonName {
+		return false
+	}
+	have, want := slices.Clone(cert.Subject.Organization), slices.Clone(req.Organization)
+	slices.Sort(have)
+	slices.Sort(want)
+	if !slices.Equal(slices.Compact(have), slices.Compact(want)) {
 		return false
 	}
 	for _, d := range req.DNSNames {

@@ -8,7 +8,6 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -38,15 +37,9 @@ var Kinds = []Kind{
 		"no LimitRanger admission runs, so pods get no default requests or limits from it and are not checked against its minimum and maximum"},
 	{networkingv1.Resource("networkpolicies"), "v1", "NetworkPolicy",
 		"pod traffic is not filtered: every pod can reach every other pod"},
-	{rbacv1.Resource("roles"), "v1", "Role", rbacNotEnforced},
-	{rbacv1.Resource("clusterroles"), "v1", "ClusterRole", rbacNotEnforced},
-	{rbacv1.Resource("rolebindings"), "v1", "RoleBinding", rbacNotEnforced},
-	{rbacv1.Resource("clusterrolebindings"), "v1", "ClusterRoleBinding", rbacNotEnforced},
 	{certificatesv1.Resource("certificatesigningrequests"), "v1", "CertificateSigningRequest",
 		"no signer runs, so an approved request is never issued a certificate"},
 }
-
-const rbacNotEnforced = "requests are not authorized by RBAC: every authenticated user may do everything"
 
 // Message is the warning and event message for k.
 func Message(k Kind) string {

@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -94,8 +96,34 @@ func TestAccessReviews(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !got.Status.Allowed {
-			t.Errorf("status %+v, want allowed", got.Status)
+		if got.Status.Allowed || !strings.Contains(got.Status.Reason, "no binding applies") {
+			t.Errorf("jane without a binding: status %+v, want denied, no binding", got.Status)
+		}
+		if _, err := client.RbacV1().Roles("default").Create(ctx, &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: "pod-reader"},
+			Rules:      []rbacv1.PolicyRule{{Verbs: []string{"get", "list"}, APIGroups: []string{""}, Resources: []string{"pods"}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.RbacV1().RoleBindings("default").Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "jane-view"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "pod-reader"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "jane"}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if got, err = sar(authorizationv1.SubjectAccessReviewSpec{User: "jane", ResourceAttributes: pods}); err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.Allowed || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !got.Status.Allowed || !strings.Contains(got.Status.Reason, "jane-view") {
+			t.Errorf("jane bound to pod-reader: status %+v, want allowed by RoleBinding default/jane-view", got.Status)
 		}
 		_, err = sar(authorizationv1.SubjectAccessReviewSpec{ResourceAttributes: pods})
 		var st apierrors.APIStatus

@@ -19,6 +19,12 @@
 //	webhook [PORT]          HTTPS admission webhooks: /validate, /mutate, /slow (see apis.go)
 //	apiserver PORT GROUP VERSION
 //	                        HTTPS aggregated API serving flavours in GROUP/VERSION
+//	kube list pods|secrets [NAMESPACE]
+//	                        list as the pod's service account (in-cluster configuration; the
+//	                        pod's own namespace by default), one name a line; the API's error
+//	                        on stderr and exit 1 on failure (see kube.go)
+//	kube watch-list pods|secrets NAMESPACE INTERVAL
+//	                        list every INTERVAL for ever, printing "ok N" or "error: MESSAGE"
 package main
 
 import (
@@ -77,6 +83,8 @@ func run(cmd string, args []string) int {
 		return webhook(arg(0))
 	case "apiserver":
 		return apiserver(arg(0), arg(1), arg(2))
+	case "kube":
+		return kube(args)
 	case "exit":
 		code, _ := strconv.Atoi(arg(0))
 		if t := strings.Join(args[min(1, len(args)):], " "); t != "" {

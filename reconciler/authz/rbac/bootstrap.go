@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/component-helpers/auth/rbac/reconciliation"
+
+	"github.com/flotilla-dev/flotilla/reconciler/authz"
 )
 
 // Labels of the bootstrap policy.
@@ -141,6 +143,16 @@ func BootstrapClusterRoles() []rbacv1.ClusterRole {
 			},
 		},
 		{
+			// Plan-only credentials: read everything (Secret values come back as digests)
+			// and write anything, including roles and bindings, but only as a dry-run —
+			// the API refuses their other writes and every connection to a pod.
+			ObjectMeta: metav1.ObjectMeta{Name: PlannerRole},
+			Rules: []rbacv1.PolicyRule{
+				rule([]string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "bind", "escalate"}, "*", "*"),
+				urls([]string{"get"}, "*"),
+			},
+		},
+		{
 			ObjectMeta: metav1.ObjectMeta{Name: "system:public-info-viewer"},
 			Rules: []rbacv1.PolicyRule{
 				urls([]string{"get"}, "/healthz", "/livez", "/readyz", "/version", "/version/"),
@@ -163,6 +175,7 @@ func BootstrapClusterRoleBindings() []rbacv1.ClusterRoleBinding {
 		clusterBinding("system:discovery", user.AllAuthenticated),
 		clusterBinding("system:basic-user", user.AllAuthenticated),
 		clusterBinding("system:public-info-viewer", user.AllAuthenticated, user.AllUnauthenticated),
+		clusterBindingTo(PlannerRole, PlannerRole, authz.PlannersGroup),
 	}
 	for i := range bindings {
 		addBootstrapMetadata(&bindings[i].ObjectMeta)
@@ -170,11 +183,19 @@ func BootstrapClusterRoleBindings() []rbacv1.ClusterRoleBinding {
 	return bindings
 }
 
+// PlannerRole is the ClusterRole of plan-only credentials, bound to authz.PlannersGroup.
+const PlannerRole = "flotilla:planner"
+
 // clusterBinding binds the ClusterRole named name to groups, in a binding of that name.
 func clusterBinding(name string, groups ...string) rbacv1.ClusterRoleBinding {
+	return clusterBindingTo(name, name, groups...)
+}
+
+// clusterBindingTo binds the ClusterRole role to groups, in a binding named name.
+func clusterBindingTo(name, role string, groups ...string) rbacv1.ClusterRoleBinding {
 	b := rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
 	}
 	for _, g := range groups {
 		b.Subjects = append(b.Subjects, rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: g})

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/flotilla-dev/flotilla/reconciler/authz"
 )
 
 func TestBootstrapPolicy(t *testing.T) {
@@ -51,6 +53,7 @@ func TestBootstrapPolicy(t *testing.T) {
 		"system:discovery":          {user.AllAuthenticated},
 		"system:basic-user":         {user.AllAuthenticated},
 		"system:public-info-viewer": {user.AllAuthenticated, user.AllUnauthenticated},
+		PlannerRole:                 {authz.PlannersGroup},
 	}
 	bindings := BootstrapClusterRoleBindings()
 	if len(bindings) != len(wantSubjects) {

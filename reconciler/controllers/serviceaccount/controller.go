@@ -43,11 +43,8 @@ func New(cctx *controllers.Context) (controllers.Runner, error) {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "serviceaccount"}),
 		log: logrus.WithField("controller", "serviceaccount"),
 	}
-	if _, err := nsInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.queue.Add(obj.(*corev1.Namespace).Name) },
-		UpdateFunc: func(_, cur any) { c.queue.Add(cur.(*corev1.Namespace).Name) },
-	}); err != nil {
-		return nil, fmt.Errorf("namespace handler: %w", err)
+	if err := internal.QueueNamespaces(nsInformer, c.queue); err != nil {
+		return nil, err
 	}
 	if _, err := saInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		DeleteFunc: func(obj any) {

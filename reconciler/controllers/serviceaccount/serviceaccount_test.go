@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -39,22 +38,4 @@ func TestDefaultServiceAccount(t *testing.T) {
 
 	a.MustKubectl("", "delete", "serviceaccount", "default", "-n", "team-a")
 	controllertest.Eventually(t, 20*time.Second, "default service account re-created", hasDefault("team-a"))
-}
-
-// A terminating namespace gets no service account.
-func TestWantsDefault(t *testing.T) {
-	now := metav1.Now()
-	for _, tc := range []struct {
-		name string
-		ns   corev1.Namespace
-		want bool
-	}{
-		{"active", corev1.Namespace{Status: corev1.NamespaceStatus{Phase: corev1.NamespaceActive}}, true},
-		{"terminating", corev1.Namespace{Status: corev1.NamespaceStatus{Phase: corev1.NamespaceTerminating}}, false},
-		{"deleted", corev1.Namespace{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}}, false},
-	} {
-		if got := serviceaccount.WantsDefault(&tc.ns); got != tc.want {
-			t.Errorf("%s: WantsDefault = %v, want %v", tc.name, got, tc.want)
-		}
-	}
 }

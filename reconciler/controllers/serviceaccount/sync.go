@@ -7,19 +7,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/internal"
 )
 
 // sync makes sure namespace ns has the default ServiceAccount.
 func (c *Controller) sync(ctx context.Context, ns string) error {
-	namespace, err := c.nsLister.Get(ns)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	if active, err := internal.ActiveNamespace(c.nsLister, ns); err != nil || !active {
 		return err
-	}
-	if !wantsDefault(namespace) {
-		return nil
 	}
 	if _, err := c.saLister.ServiceAccounts(ns).Get(DefaultName); err == nil {
 		return nil
@@ -27,7 +22,7 @@ func (c *Controller) sync(ctx context.Context, ns string) error {
 		return err
 	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: DefaultName}}
-	_, err = c.client.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{})
+	_, err := c.client.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{})
 	switch {
 	case err == nil:
 		c.log.WithField("namespace", ns).Info("created default service account")
@@ -39,10 +34,4 @@ func (c *Controller) sync(ctx context.Context, ns string) error {
 	default:
 		return fmt.Errorf("create %s/%s: %w", ns, DefaultName, err)
 	}
-}
-
-// wantsDefault reports whether a namespace should get the default ServiceAccount: it is
-// active (a terminating namespace refuses new objects and is about to lose them all).
-func wantsDefault(ns *corev1.Namespace) bool {
-	return ns.DeletionTimestamp == nil && ns.Status.Phase != corev1.NamespaceTerminating
 }

@@ -2,11 +2,17 @@ package unenforced_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"testing"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -43,10 +49,11 @@ func object(k unenforced.Kind, ns, name, rv string, generation int64) *metav1.Pa
 }
 
 // A NetworkPolicy created after the start gets the event, one that existed before does not; a
-// spec change (new generation) gets it again, a metadata-only change does not. A ClusterRole,
-// which keeps no generation, gets it on create and on every change.
+// spec change (new generation) gets it again, a metadata-only change does not. A
+// cluster-scoped CertificateSigningRequest, here without a generation, gets it on create and
+// on every change.
 func TestUnenforcedEvents(t *testing.T) {
-	netpol, clusterRole := kind(t, "NetworkPolicy"), kind(t, "ClusterRole")
+	netpol, clusterRole := kind(t, "NetworkPolicy"), kind(t, "CertificateSigningRequest")
 	scheme := runtime.NewScheme()
 	metav1.AddMetaToScheme(scheme)
 	client := metadatafake.NewSimpleMetadataClient(scheme, object(netpol, "team-a", "old", "1", 1))
@@ -123,11 +130,11 @@ func TestUnenforcedEvents(t *testing.T) {
 	if _, err := cr.CreateFake(object(clusterRole, "", "viewer", "5", 0), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	expect("new ClusterRole", clusterRole)
+	expect("new CertificateSigningRequest", clusterRole)
 	if _, err := cr.UpdateFake(object(clusterRole, "", "viewer", "6", 0), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	expect("changed ClusterRole", clusterRole)
+	expect("changed CertificateSigningRequest", clusterRole)
 
 	cancel()
 	if err := <-done; err != nil {
@@ -136,7 +143,7 @@ func TestUnenforcedEvents(t *testing.T) {
 }
 
 // Against a real agent: a new ResourceQuota gets the NotEnforced event in its namespace, a new
-// ClusterRole gets it in namespace default.
+// CertificateSigningRequest (cluster-scoped) gets it in namespace default.
 func TestUnenforcedEventsAgent(t *testing.T) {
 	_, client, c := controllertest.StartController(t, unenforcedcontroller.NewController)
 	controllertest.Eventually(t, 30*time.Second, "informers synced", func() (bool, error) { return c.HasSynced(), nil })
@@ -146,13 +153,15 @@ func TestUnenforcedEventsAgent(t *testing.T) {
 	if _, err := client.CoreV1().ResourceQuotas("default").Create(ctx, quota, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "unenforced-viewer"}}
-	if _, err := client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+	csr := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "unenforced-csr"},
+		Spec: certificatesv1.CertificateSigningRequestSpec{Request: csrPEM(t), SignerName: "example.com/signer",
+			Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature}}}
+	if _, err := client.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []struct{ kind, name, namespace string }{
 		{"ResourceQuota", "compute", "default"},
-		{"ClusterRole", "unenforced-viewer", ""},
+		{"CertificateSigningRequest", "unenforced-csr", ""},
 	} {
 		message := unenforced.Message(kind(t, want.kind))
 		controllertest.Eventually(t, 30*time.Second, "NotEnforced event on "+want.kind, func() (bool, error) {
@@ -171,4 +180,18 @@ func TestUnenforcedEventsAgent(t *testing.T) {
 			return false, nil
 		})
 	}
+}
+
+// csrPEM is a PEM certificate request for a new key.
+func csrPEM(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "unenforced"}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 }

@@ -1,4 +1,0 @@
-package serviceaccount
-
-// WantsDefault exposes wantsDefault to the tests.
-var WantsDefault = wantsDefault
