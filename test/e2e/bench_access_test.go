@@ -45,10 +45,12 @@ func BenchmarkMutatingAPI(b *testing.B) {
 	}
 	admin := clients(func(i int) string { return s.Hosts[i].Kubeconfig() })
 	ctx := context.Background()
+	round := 0
 	run := func(who string, cs []kubernetes.Interface) {
+		round++
 		took := make([]time.Duration, 0, writes)
 		for i := 0; i < writes; i++ {
-			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", who, i)}, Data: map[string]string{"i": fmt.Sprint(i)}}
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d-%d", who, round, i)}, Data: map[string]string{"i": fmt.Sprint(i)}}
 			start := time.Now()
 			if _, err := cs[i%len(cs)].CoreV1().ConfigMaps("bench").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 				b.Fatalf("%s create %s: %v", who, cm.Name, err)
