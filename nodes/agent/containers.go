@@ -3,7 +3,6 @@ package agent
 import (
 	"fmt"
 	"hash/fnv"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -41,6 +40,8 @@ type containerParams struct {
 	Volumes   map[string]string // volume name -> host path
 	PodDir    string            // holds etc-hosts, resolv.conf, hostname and logs
 	Domain    string
+	// Security are the host's settings of seccomp and AppArmor.
+	Security securityParams
 }
 
 // buildContainerConfig turns a pod's container into the runtime's container configuration.
@@ -88,7 +89,7 @@ func buildContainerConfig(pod *corev1.Pod, c *corev1.Container, p containerParam
 		}
 		cfg.Mounts = append(cfg.Mounts, rt.Mount{Source: filepath.Join(p.PodDir, f.name), Destination: f.dest})
 	}
-	for _, m := range c.VolumeMounts {
+	for i, m := range c.VolumeMounts {
 		src, ok := p.Volumes[m.Name]
 		if !ok {
 			return cfg, fmt.Errorf("container %q: volumeMount %q names no volume of the pod", c.Name, m.Name)
@@ -98,43 +99,24 @@ func buildContainerConfig(pod *corev1.Pod, c *corev1.Container, p containerParam
 			sub = expandVars(m.SubPathExpr, vars)
 		}
 		if sub != "" {
-			clean := filepath.Clean("/" + sub)
-			src = filepath.Join(src, clean)
-			// As the kubelet, a missing subPath is created as a directory.
-			if _, err := os.Lstat(src); os.IsNotExist(err) {
-				if err := os.MkdirAll(src, 0o755); err != nil {
-					return cfg, fmt.Errorf("container %q: subPath %q: %w", c.Name, sub, err)
-				}
+			// The path is resolved inside the volume and bind-mounted onto a staging path
+			// the container cannot reach; a missing one is created as a directory, as the
+			// kubelet does.
+			if p.PodDir == "" {
+				return cfg, fmt.Errorf("container %q: subPath %q: no pod directory to stage the mount in", c.Name, sub)
 			}
+			staged, err := bindSubPath(src, sub, subPathStaging(p.PodDir, m.Name, c.Name, i))
+			if err != nil {
+				return cfg, fmt.Errorf("container %q: volumeMount %q: %w", c.Name, m.Name, err)
+			}
+			src = staged
 		}
-		cfg.Mounts = append(cfg.Mounts, rt.Mount{Source: src, Destination: m.MountPath, ReadOnly: m.ReadOnly})
+		readOnly := m.ReadOnly || writtenVolume(pod, m.Name)
+		cfg.Mounts = append(cfg.Mounts, rt.Mount{Source: src, Destination: m.MountPath, ReadOnly: readOnly})
 	}
 
-	sc := c.SecurityContext
-	psc := pod.Spec.SecurityContext
-	if psc != nil && psc.RunAsUser != nil {
-		cfg.User = &rt.User{UID: *psc.RunAsUser, GID: psc.RunAsGroup}
-	}
-	if sc != nil && sc.RunAsUser != nil {
-		gid := sc.RunAsGroup
-		if gid == nil && psc != nil {
-			gid = psc.RunAsGroup
-		}
-		cfg.User = &rt.User{UID: *sc.RunAsUser, GID: gid}
-	} else if sc != nil && sc.RunAsGroup != nil && cfg.User != nil {
-		cfg.User.GID = sc.RunAsGroup
-	}
-	if sc != nil {
-		cfg.ReadOnlyRootfs = sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem
-		cfg.Privileged = sc.Privileged != nil && *sc.Privileged
-		if sc.Capabilities != nil {
-			for _, a := range sc.Capabilities.Add {
-				cfg.CapAdd = append(cfg.CapAdd, string(a))
-			}
-			for _, d := range sc.Capabilities.Drop {
-				cfg.CapDrop = append(cfg.CapDrop, string(d))
-			}
-		}
+	if err := applySecurityContext(&cfg, pod, c, p.Security); err != nil {
+		return cfg, err
 	}
 
 	// Resources -> cgroup settings, as the kubelet maps them.

@@ -59,6 +59,8 @@ type PodConfig struct {
 	ClusterDomain string // cluster.local
 	Runtime       Runtime
 	Network       Network
+	// HostPorts maps the pods' host ports; nil leaves them unmapped.
+	HostPorts HostPorts
 	// ResyncInterval is how often each pod is checked without an event (2 s).
 	ResyncInterval time.Duration
 	// HostResolvConf is the host's resolver file (/etc/resolv.conf).
@@ -68,6 +70,9 @@ type PodConfig struct {
 	// inferred for.
 	DeclaredFeatures []string
 	AgentVersion     string
+	// SeccompDefault is the seccomp profile of containers whose pod sets none: RuntimeDefault
+	// (the default) or Unconfined. Localhost profiles are files below DataDir/seccomp.
+	SeccompDefault string
 	// Informers is the host's shared factory; nil makes one of its own. It must be unfiltered:
 	// ConfigMaps, Secrets, Services, PersistentVolumeClaims and PersistentVolumes are looked up
 	// by name across the cluster.
@@ -193,10 +198,12 @@ func (m *PodManager) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	m.log.Info("pod workers running")
+	go m.watchEmptyDirs(ctx)
 	t := time.NewTicker(10 * time.Second)
 	defer t.Stop()
 	for {
 		m.collectGarbage(ctx)
+		m.syncHostPorts(ctx)
 		select {
 		case <-ctx.Done():
 			return nil

@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -235,7 +233,7 @@ func TestBuildContainerConfig(t *testing.T) {
 	pod.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To(int64(1000)), RunAsGroup: ptr.To(int64(3000))}
 	c := &pod.Spec.Containers[0]
 	c.Command = []string{"/app", "--name=$(NAME)"}
-	c.VolumeMounts = []corev1.VolumeMount{{Name: "cfg", MountPath: "/etc/cfg", ReadOnly: true}, {Name: "data", MountPath: "/data", SubPath: "web"}}
+	c.VolumeMounts = []corev1.VolumeMount{{Name: "cfg", MountPath: "/etc/cfg", ReadOnly: true}, {Name: "data", MountPath: "/data"}}
 	c.SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To(int64(2000)), ReadOnlyRootFilesystem: ptr.To(true),
 		Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}, Drop: []corev1.Capability{"ALL"}}}
 	cfg, err := buildContainerConfig(pod, c, containerParams{Attempt: 2, Env: []string{"NAME=shop"}, NetNSPath: "/run/ns",
@@ -265,8 +263,8 @@ func TestBuildContainerConfig(t *testing.T) {
 	if m := mounts["/etc/cfg"]; m.Source != "/v/cfg" || !m.ReadOnly {
 		t.Errorf("cfg mount %+v", m)
 	}
-	if m := mounts["/data"]; m.Source != "/v/data/web" {
-		t.Errorf("subPath mount %+v", m)
+	if m := mounts["/data"]; m.Source != "/v/data" || m.ReadOnly {
+		t.Errorf("data mount %+v", m)
 	}
 	if m := mounts["/etc/resolv.conf"]; m.Source != "/pods/1234/resolv.conf" {
 		t.Errorf("resolv.conf mount %+v", m)
@@ -278,38 +276,4 @@ func TestBuildContainerConfig(t *testing.T) {
 	if _, err := buildContainerConfig(pod, c, containerParams{Volumes: map[string]string{"cfg": "a", "data": "b"}}); err == nil {
 		t.Error("a mount of an unknown volume must fail")
 	}
-}
-
-func TestSyncFilesFollowsSource(t *testing.T) {
-	dir := t.TempDir()
-	if err := syncFiles(dir, map[string]fileContent{"a": {[]byte("1"), 0o644}, "sub/b": {[]byte("2"), 0o600}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := syncFiles(dir, map[string]fileContent{"a": {[]byte("changed"), 0o644}}); err != nil {
-		t.Fatal(err)
-	}
-	files, _ := prepareVolumeFiles(dir)
-	if len(files) != 1 || files["a"] != "changed" {
-		t.Errorf("after the update the volume holds %v", files)
-	}
-	if err := syncFiles(dir, map[string]fileContent{"../escape": {[]byte("x"), 0o644}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "escape")); err == nil {
-		t.Error("a key path must never leave the volume")
-	}
-}
-
-func prepareVolumeFiles(dir string) (map[string]string, error) {
-	out := map[string]string{}
-	err := filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-		if err != nil || info.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		rel, _ := filepath.Rel(dir, p)
-		out[rel] = string(b)
-		return err
-	})
-	return out, err
 }

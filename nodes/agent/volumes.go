@@ -1,12 +1,10 @@
 package agent
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 
@@ -31,7 +29,8 @@ var errVolumeNotReady = errors.New("volume not ready")
 // prepareVolumes makes every volume of the pod available on the host under podDir and returns
 // the host path of each by name. It is run on every sync, so ConfigMap, Secret and downward
 // API contents follow changes of their sources and projected service account tokens are
-// replaced when they are refreshed.
+// replaced when they are refreshed. The agent writes those four kinds with writeAtomic and
+// containers get them read-only (see writtenVolume).
 func prepareVolumes(pod *corev1.Pod, podDir string, src volumeSources) (map[string]string, error) {
 	paths := map[string]string{}
 	for _, v := range pod.Spec.Volumes {
@@ -39,7 +38,7 @@ func prepareVolumes(pod *corev1.Pod, podDir string, src volumeSources) (map[stri
 		var err error
 		switch {
 		case v.EmptyDir != nil:
-			err = emptyDir(dir, v.EmptyDir)
+			err = emptyDir(dir, pod, v.EmptyDir)
 		case v.ConfigMap != nil:
 			err = writeConfigMapVolume(dir, pod, v.ConfigMap, src)
 		case v.Secret != nil:
@@ -48,7 +47,7 @@ func prepareVolumes(pod *corev1.Pod, podDir string, src volumeSources) (map[stri
 			var files map[string]fileContent
 			files, err = downwardFiles(pod, v.DownwardAPI.Items, v.DownwardAPI.DefaultMode)
 			if err == nil {
-				err = syncFiles(dir, files)
+				err = writeAtomic(dir, files)
 			}
 		case v.Projected != nil:
 			err = writeProjected(dir, pod, v.Projected, src)
@@ -59,6 +58,10 @@ func prepareVolumes(pod *corev1.Pod, podDir string, src volumeSources) (map[stri
 		default:
 			err = fmt.Errorf("volume type is not supported by flotilla (use emptyDir, configMap, secret, downwardAPI, projected, hostPath or persistentVolumeClaim)")
 		}
+		if err == nil {
+			// fsGroup ownership once the volume is written (securitycontext_volumes.go).
+			err = applyVolumeOwnership(pod, &v, dir, src)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("volume %q: %w", v.Name, err)
 		}
@@ -67,16 +70,28 @@ func prepareVolumes(pod *corev1.Pod, podDir string, src volumeSources) (map[stri
 	return paths, nil
 }
 
-func emptyDir(dir string, e *corev1.EmptyDirVolumeSource) error {
-	if err := os.MkdirAll(dir, 0o777); err != nil {
+// emptyDir makes the directory of an emptyDir volume. One on disk is a plain directory whose
+// sizeLimit the agent enforces by measuring it (watchEmptyDirs); one of medium Memory is a
+// tmpfs sized by memoryEmptyDirSize, which bounds it.
+func emptyDir(dir string, pod *corev1.Pod, e *corev1.EmptyDirVolumeSource) error {
+	if _, err := os.Lstat(dir); os.IsNotExist(err) {
+		if err := os.MkdirAll(dir, 0o777); err != nil {
+			return err
+		}
+		// World-writable as the kubelet makes it, whatever the agent's umask: a container
+		// running as any user can write its emptyDir (fsGroup then adds its group).
+		if err := os.Chmod(dir, 0o777); err != nil {
+			return err
+		}
+	} else if err != nil {
 		return err
 	}
 	if e.Medium != corev1.StorageMediumMemory || isMountPoint(dir) {
 		return nil
 	}
 	opts := "mode=0777"
-	if e.SizeLimit != nil && !e.SizeLimit.IsZero() {
-		opts += fmt.Sprintf(",size=%d", e.SizeLimit.Value())
+	if size := memoryEmptyDirSize(pod, e, memTotal()); size > 0 {
+		opts += fmt.Sprintf(",size=%d", size)
 	}
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, opts); err != nil {
 		return fmt.Errorf("mount tmpfs for medium Memory: %w", err)
@@ -93,8 +108,12 @@ func isMountPoint(dir string) bool {
 	return a.Dev != b.Dev
 }
 
-// cleanupPodDir unmounts memory-backed emptyDirs and removes the pod's directory.
+// cleanupPodDir unmounts the staging mounts of subPaths and memory-backed emptyDirs, then
+// removes the pod's directory.
 func cleanupPodDir(podDir string) error {
+	if err := cleanupSubPaths(podDir); err != nil {
+		return fmt.Errorf("clean up subPath mounts: %w", err)
+	}
 	entries, _ := os.ReadDir(filepath.Join(podDir, "volumes"))
 	for _, e := range entries {
 		p := filepath.Join(podDir, "volumes", e.Name())
@@ -175,7 +194,7 @@ func writeConfigMapVolume(dir string, pod *corev1.Pod, v *corev1.ConfigMapVolume
 	if err != nil {
 		return err
 	}
-	return syncFiles(dir, files)
+	return writeAtomic(dir, files)
 }
 
 func writeSecretVolume(dir string, pod *corev1.Pod, v *corev1.SecretVolumeSource, src volumeSources) error {
@@ -188,7 +207,7 @@ func writeSecretVolume(dir string, pod *corev1.Pod, v *corev1.SecretVolumeSource
 	if err != nil {
 		return err
 	}
-	return syncFiles(dir, files)
+	return writeAtomic(dir, files)
 }
 
 func downwardFiles(pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile, defMode *int32) (map[string]fileContent, error) {
@@ -239,7 +258,7 @@ func writeProjected(dir string, pod *corev1.Pod, p *corev1.ProjectedVolumeSource
 		}
 		merge(files)
 	}
-	return syncFiles(dir, all)
+	return writeAtomic(dir, all)
 }
 
 // tokenFiles gives the file of a serviceAccountToken source. When no token can be had but the
@@ -252,65 +271,13 @@ func tokenFiles(dir string, pod *corev1.Pod, s *corev1.ServiceAccountTokenProjec
 	token, err := src.ServiceAccountToken(pod, s)
 	if err != nil {
 		clean := filepath.Clean("/" + s.Path)[1:]
-		old, rerr := os.ReadFile(filepath.Join(dir, clean))
+		old, rerr := readVolumeFile(dir, clean)
 		if clean == "" || strings.HasPrefix(clean, "..") || rerr != nil || len(old) == 0 {
 			return nil, fmt.Errorf("serviceAccountToken %q: %w", s.Path, err)
 		}
 		token = old
 	}
 	return map[string]fileContent{s.Path: {token, fileMode(nil, defMode)}}, nil
-}
-
-// syncFiles makes dir hold exactly files (paths may have subdirectories), rewriting only
-// what changed so readers see whole files.
-func syncFiles(dir string, files map[string]fileContent) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	want := map[string]bool{}
-	names := make([]string, 0, len(files))
-	for p := range files {
-		names = append(names, p)
-	}
-	sort.Strings(names)
-	for _, p := range names {
-		clean := filepath.Clean("/" + p)[1:]
-		if clean == "" || strings.HasPrefix(clean, "..") {
-			return fmt.Errorf("path %q leaves the volume", p)
-		}
-		want[clean] = true
-		f := files[p]
-		full := filepath.Join(dir, clean)
-		if old, err := os.ReadFile(full); err == nil && bytes.Equal(old, f.data) {
-			if st, err := os.Stat(full); err == nil && st.Mode().Perm() == f.mode.Perm() {
-				continue
-			}
-		}
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			return err
-		}
-		tmp := full + ".flotilla-tmp"
-		if err := os.WriteFile(tmp, f.data, f.mode.Perm()); err != nil {
-			return err
-		}
-		if err := os.Chmod(tmp, f.mode.Perm()); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, full); err != nil {
-			return err
-		}
-	}
-	// Remove files whose keys disappeared.
-	return filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
-		if err != nil || info.IsDir() {
-			return nil
-		}
-		rel, _ := filepath.Rel(dir, path)
-		if !want[rel] {
-			_ = os.Remove(path)
-		}
-		return nil
-	})
 }
 
 func hostPathVolume(h *corev1.HostPathVolumeSource) (string, error) {

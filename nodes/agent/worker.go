@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -59,6 +60,8 @@ type podWorker struct {
 	// lastStatus was written on top of resourceVersion lastBase.
 	lastStatus *corev1.PodStatus
 	lastBase   string
+	// eviction is the message of the eviction decided for the pod, set once by checkEmptyDirs.
+	eviction atomic.Pointer[string]
 }
 
 type probeHandle struct {
@@ -157,6 +160,9 @@ func (w *podWorker) sync(ctx context.Context, pod *corev1.Pod) error {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		// Finished: nothing runs any more; the containers stay for their logs.
 		w.stopProbes("")
+		if err := w.m.unmapFinishedHostPorts(pod); err != nil {
+			return fmt.Errorf("unmap the pod's host ports: %w", err)
+		}
 		snap, err := w.m.containers(ctx, false)
 		if err != nil {
 			return err
@@ -167,6 +173,9 @@ func (w *podWorker) sync(ctx context.Context, pod *corev1.Pod) error {
 			}
 		}
 		return nil
+	}
+	if msg := w.eviction.Load(); msg != nil {
+		return w.evict(ctx, pod, *msg)
 	}
 	if !w.admitted {
 		// Checked once per worker, so after an agent restart with other features the
@@ -183,6 +192,9 @@ func (w *podWorker) sync(ctx context.Context, pod *corev1.Pod) error {
 			}
 			// Failed is final: the next sync stops whatever still runs.
 			return w.writeStatus(ctx, pod, attempts(snap[string(pod.UID)]), false)
+		}
+		if rejected, err := w.admitSecurityContext(ctx, pod); rejected || err != nil {
+			return err
 		}
 		w.admitted = true
 	}
@@ -262,6 +274,9 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *corev1.Pod) error {
 		pn, err := w.m.cfg.Network.SetupPod(ctx, string(pod.UID), pod.Namespace, pod.Name)
 		if err != nil {
 			return fmt.Errorf("set up the pod network: %w", err)
+		}
+		if err := w.m.mapHostPorts(pod, pn.IPs); err != nil {
+			return fmt.Errorf("map the pod's host ports: %w", err)
 		}
 		w.netnsPath = pn.NetNSPath
 		w.podIPs = nil
@@ -414,17 +429,19 @@ func (w *podWorker) startAttempt(ctx context.Context, pod *corev1.Pod, c *corev1
 		return err
 	}
 	cfg, err := buildContainerConfig(pod, c, containerParams{Attempt: n, Init: init, Env: env, NetNSPath: w.netnsPath,
-		Volumes: volumes, PodDir: w.m.podDir(pod.UID), Domain: w.m.cfg.ClusterDomain})
+		Volumes: volumes, PodDir: w.m.podDir(pod.UID), Domain: w.m.cfg.ClusterDomain, Security: w.m.securityParams()})
 	if err != nil {
 		w.waiting[c.Name] = [2]string{"CreateContainerConfigError", err.Error()}
+		w.event(pod, corev1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(cfg.LogPath), 0o755); err != nil {
 		return err
 	}
 	if err := w.m.cfg.Runtime.CreateContainer(ctx, cfg); err != nil {
-		w.waiting[c.Name] = [2]string{"CreateContainerError", err.Error()}
-		w.event(pod, corev1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
+		reason, msg := createContainerError(pod, c, err)
+		w.waiting[c.Name] = [2]string{reason, msg}
+		w.event(pod, corev1.EventTypeWarning, "Failed", "Error: "+msg)
 		return fmt.Errorf("create container %s: %w", c.Name, err)
 	}
 	w.event(pod, corev1.EventTypeNormal, "Created", "Created container: "+c.Name)
@@ -609,6 +626,9 @@ func (w *podWorker) cleanup(ctx context.Context, pod *corev1.Pod) error {
 		if err := w.m.cfg.Runtime.RemoveContainer(ctx, c.ID); err != nil {
 			return fmt.Errorf("remove container %s: %w", c.ID, err)
 		}
+	}
+	if err := w.m.unmapHostPorts(w.uid); err != nil {
+		return fmt.Errorf("unmap the pod's host ports: %w", err)
 	}
 	if w.m.cfg.Network != nil {
 		if err := w.m.cfg.Network.TeardownPod(ctx, string(w.uid)); err != nil {

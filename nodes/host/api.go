@@ -58,6 +58,7 @@ func (h *Host) startAPI() error {
 		RedactionKey:             redactionKey,
 		Validation:               h.vopts,
 		DefaultTolerationSeconds: c.DefaultTolerationSeconds,
+		PodSecurityDefault:       c.PodSecurityDefault,
 		Unauthenticated:          map[string]http.Handler{etcd.CACertsPath: joinServer, etcd.JoinPath: joinServer, gitsync.WebhookPathPrefix: gitHook},
 		Nodes:                    apiserver.NodeConnection{CAFile: h.ca.CertFile(), CertFile: h.certs.nodeClientCert, KeyFile: h.certs.nodeClientKey},
 	})

@@ -50,6 +50,10 @@ type Config struct {
 	// ServiceAccountMaxTokenTTL caps the lifetime of the ServiceAccount tokens the API
 	// issues (48h; tests lower it to watch pods' tokens being refreshed).
 	ServiceAccountMaxTokenTTL time.Duration
+	// PodSecurityDefault is the Pod Security Standards level (privileged, baseline or
+	// restricted) enforced and warned about in namespaces without pod-security.kubernetes.io
+	// labels.
+	PodSecurityDefault string
 	// GitURL, GitRef and GitPath are recorded as GitSource kube-system/root when GitURL is set.
 	GitURL, GitRef, GitPath string
 
@@ -57,6 +61,10 @@ type Config struct {
 	Pods bool
 	// ContainerdSocket uses this containerd instead of starting one.
 	ContainerdSocket string
+	// SeccompDefault is the seccomp profile of the containers of pods that set none:
+	// RuntimeDefault (containerd's default profile) or Unconfined, as the kubelet's
+	// seccompDefault. Localhost profiles are files below <data-dir>/seccomp.
+	SeccompDefault string
 	// AgentPort is the node agent's HTTPS endpoint (logs, exec, port-forward).
 	AgentPort int
 	// ClusterCIDR is split into the hosts' pod CIDRs (/24 each).
@@ -78,8 +86,9 @@ func DefaultConfig() Config {
 		ServiceCIDR: "10.96.0.0/12", NodePortRange: "30000-32767", ShutdownTimeout: 5 * time.Second,
 		EtcdVoters: 3, VoterReplaceAfter: 60 * time.Second, Controllers: "*",
 		DefaultTolerationSeconds: 300, NodeMonitorGracePeriod: 40 * time.Second, GitRef: "main",
-		ServiceAccountMaxTokenTTL: 48 * time.Hour, Pods: true, AgentPort: 10250, ClusterCIDR: "10.244.0.0/16", ClusterDNS: "10.96.0.10",
+		ServiceAccountMaxTokenTTL: 48 * time.Hour, PodSecurityDefault: "baseline", Pods: true, AgentPort: 10250, ClusterCIDR: "10.244.0.0/16", ClusterDNS: "10.96.0.10",
 		Proxy: true, ProxyMode: "auto", IngressHTTPPort: 80, IngressHTTPSPort: 443,
+		SeccompDefault: "RuntimeDefault",
 	}
 }
 
@@ -120,6 +129,16 @@ func (c *Config) Complete() (validation.Options, error) {
 	}
 	if c.ServiceAccountMaxTokenTTL < 30*time.Second {
 		return vopts, fmt.Errorf("--service-account-max-token-ttl %s: give at least 30s (default 48h)", c.ServiceAccountMaxTokenTTL)
+	}
+	switch c.PodSecurityDefault {
+	case "privileged", "baseline", "restricted":
+	default:
+		return vopts, fmt.Errorf("--pod-security-default %q: use privileged, baseline or restricted (the Pod Security Standards level of namespaces without pod-security.kubernetes.io labels; default baseline)", c.PodSecurityDefault)
+	}
+	switch c.SeccompDefault {
+	case "RuntimeDefault", "Unconfined":
+	default:
+		return vopts, fmt.Errorf("--seccomp-default %q: use RuntimeDefault or Unconfined (the seccomp profile of containers whose pod sets none; default RuntimeDefault)", c.SeccompDefault)
 	}
 	cidr, err := netip.ParsePrefix(c.ServiceCIDR)
 	if err != nil || !cidr.Addr().Is4() {

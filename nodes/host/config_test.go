@@ -21,6 +21,7 @@ func TestConfigCompleteBadInput(t *testing.T) {
 		{"unknown proxy mode", func(c *Config) { c.ProxyMode = "iptables" }, "use auto, ipvs or nftables"},
 		{"unknown controller", func(c *Config) { c.Controllers = "deployment,hpa" }, `unknown controller "hpa"`},
 		{"bad node port range", func(c *Config) { c.NodePortRange = "32767-30000" }, "--node-port-range"},
+		{"unknown seccomp default", func(c *Config) { c.SeccompDefault = "Localhost" }, "--seccomp-default"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()

@@ -98,11 +98,15 @@ func (h *Host) runPods(node agent.NodeConfig) error {
 			h.log.WithError(err).Error("routes to other hosts' pods stopped")
 		}
 	}()
+	hostPorts, err := network.NewHostPorts(network.HostPortsConfig{Log: logrus.WithField("component", "hostports")})
+	if err != nil {
+		return fmt.Errorf("pod host ports: %w", err)
+	}
 	pm := agent.NewPodManager(h.client, agent.PodConfig{
 		NodeName: c.Name, DataDir: h.dataDir, HostIP: c.AdvertiseAddress,
 		ClusterDNS: c.ClusterDNS, ClusterDomain: "cluster.local",
-		Runtime: h.rt, Network: netw,
-		DeclaredFeatures: node.DeclaredFeatures, AgentVersion: node.KubeletVersion,
+		Runtime: h.rt, Network: netw, HostPorts: hostPorts,
+		DeclaredFeatures: node.DeclaredFeatures, AgentVersion: node.KubeletVersion, SeccompDefault: c.SeccompDefault,
 		Informers: h.informers, PodInformers: h.podInformers,
 	})
 	go func() {

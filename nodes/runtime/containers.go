@@ -57,11 +57,35 @@ type ContainerConfig struct {
 	// pods); NetNSPath and Hostname are then ignored.
 	HostNetwork bool
 	Mounts      []Mount
-	// User nil runs as the image's user.
-	User                       *User
-	ReadOnlyRootfs, Privileged bool
-	// CapAdd and CapDrop take "NET_ADMIN", "CAP_NET_ADMIN" or "ALL".
+	// User nil runs as the image's user. A User without GID takes the group /etc/passwd of
+	// the image gives the UID, else 0.
+	User *User
+	// Group, with User nil, runs the image's user (root without one) with this primary group.
+	Group *int64
+	// RunAsNonRoot refuses to create a container that would run as root, or whose image user
+	// is a name: CreateContainer returns a *NonRootError.
+	RunAsNonRoot bool
+	// SupplementalGroups are added to the process's groups: its primary group and those the
+	// image's /etc/group lists its user in, which StrictSupplementalGroups leaves out.
+	SupplementalGroups       []int64
+	StrictSupplementalGroups bool
+	ReadOnlyRootfs           bool
+	// Privileged gives every capability and device, unmasks /proc and /sys and runs without
+	// seccomp and the default AppArmor profile.
+	Privileged bool
+	// CapAdd and CapDrop change the default capabilities; they take "NET_ADMIN",
+	// "CAP_NET_ADMIN" or "ALL".
 	CapAdd, CapDrop []string
+	// NoNewPrivileges sets no_new_privs (allowPrivilegeEscalation false); without it the
+	// process may gain privileges through setuid binaries and file capabilities.
+	NoNewPrivileges bool
+	// HostPID and HostIPC run the container in the host's PID and IPC namespaces.
+	HostPID, HostIPC bool
+	// Sysctls are set in the container's namespaces, e.g. net.ipv4.ip_local_port_range.
+	Sysctls map[string]string
+	// Seccomp is the container's seccomp profile (zero: unconfined); AppArmor its AppArmor
+	// profile (zero: unconfined), which needs a kernel with AppArmor enabled.
+	Seccomp, AppArmor Profile
 	// Resource limits; 0 leaves a limit unset.
 	CPUShares   uint64
 	CPUQuota    int64
@@ -142,6 +166,9 @@ func (r *Runtime) CreateContainer(ctx context.Context, c ContainerConfig) error 
 	if err != nil {
 		return fmt.Errorf("create container %s: image %s config: %w", c.ID, name, err)
 	}
+	if err := checkNonRoot(c, ociImg.Config.User); err != nil {
+		return fmt.Errorf("create container %s: %w", c.ID, err)
+	}
 	if c.LogPath != "" && r.cfg.LoggerBinary == "" {
 		return fmt.Errorf("create container %s: LogPath needs Config.LoggerBinary (the flotilla binary)", c.ID)
 	}
@@ -180,23 +207,11 @@ func (r *Runtime) CreateContainer(ctx context.Context, c ContainerConfig) error 
 	if len(c.Mounts) > 0 {
 		specOpts = append(specOpts, withMounts(c.Mounts))
 	}
-	if c.User != nil {
-		if c.User.GID != nil {
-			specOpts = append(specOpts, oci.WithUIDGID(uint32(c.User.UID), uint32(*c.User.GID)))
-		} else {
-			specOpts = append(specOpts, oci.WithUserID(uint32(c.User.UID)))
-		}
+	secOpts, err := securityOpts(c, ociImg.Config.User)
+	if err != nil {
+		return fmt.Errorf("create container %s: %w", c.ID, err)
 	}
-	if c.ReadOnlyRootfs {
-		specOpts = append(specOpts, oci.WithRootFSReadonly())
-	}
-	if c.Privileged {
-		specOpts = append(specOpts, oci.WithPrivileged, oci.WithAllDevicesAllowed, oci.WithHostDevices,
-			oci.WithMaskedPaths(nil), oci.WithReadonlyPaths(nil), oci.WithWriteableSysfs, oci.WithWriteableCgroupfs)
-	}
-	if len(c.CapAdd) > 0 || len(c.CapDrop) > 0 {
-		specOpts = append(specOpts, withCapChanges(c.CapAdd, c.CapDrop))
-	}
+	specOpts = append(specOpts, secOpts...)
 	if c.CPUShares > 0 {
 		specOpts = append(specOpts, oci.WithCPUShares(c.CPUShares))
 	}

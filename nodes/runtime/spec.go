@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"slices"
 	"sort"
 	"strings"
 )
@@ -23,7 +24,8 @@ func resolveArgs(entrypoint, cmd, command, args []string) []string {
 	return out
 }
 
-// allCapabilities is every capability runc 1.1 knows on this kernel generation.
+// allCapabilities is every capability runc 1.1 knows on this kernel generation; "ALL" stands
+// for them when the capabilities of this process cannot be read.
 var allCapabilities = []string{
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
 	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_LINUX_IMMUTABLE", "CAP_NET_BIND_SERVICE",
@@ -44,30 +46,33 @@ func normalizeCap(c string) string {
 	return "CAP_" + c
 }
 
-// computeCaps applies securityContext.capabilities to the default set the way the kubelet does:
-// drop first (ALL drops everything), then add (ALL adds everything).
+// computeCaps applies securityContext.capabilities to the default set the way containerd's CRI
+// plugin does: "ALL" in add gives every capability the host has, "ALL" in drop removes every
+// one, then the named ones are added and the named drops removed, so add ALL with drop CHOWN
+// keeps all but CAP_CHOWN and drop ALL with add NET_ADMIN keeps CAP_NET_ADMIN alone. Names may
+// have the CAP_ prefix or not, in any case.
 func computeCaps(defaults, add, drop []string) []string {
 	set := map[string]bool{}
 	for _, c := range defaults {
 		set[c] = true
 	}
-	for _, c := range drop {
-		c = normalizeCap(c)
-		if c == "ALL" {
-			set = map[string]bool{}
-			continue
+	if slices.ContainsFunc(add, isAll) {
+		for _, a := range hostCapabilities() {
+			set[a] = true
 		}
-		delete(set, c)
+	}
+	if slices.ContainsFunc(drop, isAll) {
+		set = map[string]bool{}
 	}
 	for _, c := range add {
-		c = normalizeCap(c)
-		if c == "ALL" {
-			for _, a := range allCapabilities {
-				set[a] = true
-			}
-			continue
+		if !isAll(c) {
+			set[normalizeCap(c)] = true
 		}
-		set[c] = true
+	}
+	for _, c := range drop {
+		if !isAll(c) {
+			delete(set, normalizeCap(c))
+		}
 	}
 	out := make([]string, 0, len(set))
 	for c := range set {
@@ -76,6 +81,8 @@ func computeCaps(defaults, add, drop []string) []string {
 	sort.Strings(out)
 	return out
 }
+
+func isAll(c string) bool { return normalizeCap(c) == "ALL" }
 
 // mountOptions returns the OCI mount type, source and options for a Mount.
 func mountOptions(m Mount) (typ, source string, opts []string) {

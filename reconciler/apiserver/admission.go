@@ -23,7 +23,7 @@ import (
 //
 // Plan-only users are refused any write that is not a dry-run before anything else looks
 // at it; the RBAC escalation checks run with the validating plugins.
-func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Interface, hooks webhookDeps, rb *rbac.Authorizer, authz authorizer.Authorizer) ([]admission.Interface, error) {
+func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Interface, hooks webhookDeps, rb *rbac.Authorizer, authz authorizer.Authorizer, podSecurity *podSecurityPlugin) ([]admission.Interface, error) {
 	nsLifecycle, err := lifecycle.NewLifecycle(sets.New(SystemNamespaces...))
 	if err != nil {
 		return nil, err
@@ -37,10 +37,12 @@ func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Inter
 		newPlannerGuard(),
 		nsLifecycle,
 		newServiceAccountAdmission(client, f),
+		podSecurity,
 		newNodeFeatureValidator(f),
 		newRuntimeClassPlugin(f, client),
 		newPriorityPlugin(f, client),
 		newUnenforcedKindsWarner(),
+		newPodSettingsWarner(),
 		newRBACEscalationGuard(rb),
 		newConnectCreateGuard(authz),
 	}

@@ -87,3 +87,23 @@ func TestPlannerGuard(t *testing.T) {
 		t.Error("planner exec: allowed")
 	}
 }
+
+// Settings the node agent does not carry out are named, one warning each.
+func TestUnappliedPodSettings(t *testing.T) {
+	unmasked := corev1.UnmaskedProcMount
+	spec := &corev1.PodSpec{
+		HostUsers: new(false), ShareProcessNamespace: new(true),
+		Containers: []corev1.Container{{Name: "a"}, {Name: "b", SecurityContext: &corev1.SecurityContext{ProcMount: &unmasked,
+			SELinuxOptions: &corev1.SELinuxOptions{Level: "s0"}}}},
+	}
+	got := strings.Join(unappliedPodSettings(spec), "\n")
+	for _, want := range []string{"spec.hostUsers: false", "spec.shareProcessNamespace", "spec.containers[1].securityContext.procMount: Unmasked",
+		"spec.containers[1].securityContext.seLinuxOptions"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("warnings lack %q:\n%s", want, got)
+		}
+	}
+	if w := unappliedPodSettings(&corev1.PodSpec{Containers: []corev1.Container{{Name: "plain"}}}); len(w) != 0 {
+		t.Errorf("a plain pod gets warnings: %v", w)
+	}
+}

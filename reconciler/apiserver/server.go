@@ -72,6 +72,10 @@ type Config struct {
 	// DefaultTolerationSeconds is the tolerationSeconds of the node.kubernetes.io/not-ready and
 	// unreachable NoExecute tolerations added to new pods (300 like Kubernetes; negative: none).
 	DefaultTolerationSeconds int64
+	// PodSecurityDefault is the Pod Security Standards level (privileged, baseline or
+	// restricted, version latest) enforced and warned about in namespaces without
+	// pod-security.kubernetes.io labels; DefaultPodSecurityLevel when empty.
+	PodSecurityDefault string
 	// Unauthenticated handlers are served before the authentication chain, by exact path,
 	// or by prefix for keys ending in "/" (the join protocol and git webhooks authenticate
 	// themselves).
@@ -181,7 +185,11 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	plugins, err := admissionPlugins(informerFactory, client, hooks, auth.rbac, auth.authz)
+	podSecurity, err := newPodSecurityPlugin(informerFactory, client, cfg.PodSecurityDefault)
+	if err != nil {
+		return nil, err
+	}
+	plugins, err := admissionPlugins(informerFactory, client, hooks, auth.rbac, auth.authz, podSecurity)
 	if err != nil {
 		return nil, err
 	}

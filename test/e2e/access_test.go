@@ -51,17 +51,10 @@ func podLogs(c kubernetes.Interface, ns, name string) string {
 // escalation checks, a pod's ServiceAccount token used by client-go from inside the pod
 // (refreshed while it runs, refused once its pod is gone) and a plan-only credential.
 func TestAccessControl(t *testing.T) {
-	s := newSite(t, 1)
-	sideLoad(t, s)
 	// Tokens of 40 s at most, so that pods' tokens are refreshed within the test.
-	startSite(t, s, "--service-account-max-token-ttl=40s")
+	s, c := startPodSite(t, 1, "--service-account-max-token-ttl=40s")
 	h := s.Hosts[0]
-	c := clientOf(t, h)
 	ctx := context.Background()
-	waitFor(t, 2*time.Minute, "1 Ready node", func() (bool, string) {
-		n, out := readyNodes(h)
-		return n == 1, out
-	})
 	for _, ns := range []string{"dev", "prod"} {
 		kubectlOut(t, h, "create", "namespace", ns)
 	}

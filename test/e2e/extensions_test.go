@@ -165,16 +165,9 @@ spec:
 // TestWebhooksAndAggregation: admission webhooks and an aggregated API served by pods of the
 // site, reached by the API server of another host.
 func TestWebhooksAndAggregation(t *testing.T) {
-	s := newSite(t, 2)
-	sideLoad(t, s)
-	startSite(t, s)
+	s, c := startPodSite(t, 2)
 	h := s.Hosts[0]
-	c := clientOf(t, h)
 	ctx := context.Background()
-	waitFor(t, 2*time.Minute, "2 Ready nodes", func() (bool, string) {
-		n, out := readyNodes(h)
-		return n == 2, out
-	})
 
 	cert, key, err := certutil.GenerateSelfSignedCertKey("hook.default.svc", nil, []string{"hook.default.svc.cluster.local"})
 	if err != nil {

@@ -340,6 +340,8 @@ func TestPodsRunOnContainerd(t *testing.T) {
 		app.VolumeMounts = []corev1.VolumeMount{{Name: "rec", MountPath: "/rec"}}
 		p := newPod("graceful", "host-2", corev1.RestartPolicyAlways, app)
 		p.Spec.Volumes = []corev1.Volume{{Name: "rec", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}}}}
+		// hostPath volumes need a privileged namespace: the site default (baseline) refuses them.
+		kubectlOut(t, s.Hosts[0], "label", "--overwrite", "namespace", "default", "pod-security.kubernetes.io/enforce=privileged", "pod-security.kubernetes.io/warn=privileged")
 		create(t, c, p)
 		waitPod(t, c, "graceful", 60*time.Second, "running", func(p *corev1.Pod) bool {
 			cs := statusOf(p, "app")

@@ -223,6 +223,8 @@ func TestServicesDNSAndIngress(t *testing.T) {
 				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "flip"}},
 					Spec: corev1.PodSpec{Containers: []corev1.Container{ctr},
 						Volumes: []corev1.Volume{{Name: "ready", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}}}}}}}}
+		// hostPath volumes need a privileged namespace: the site default (baseline) refuses them.
+		kubectlOut(t, s.Hosts[0], "label", "--overwrite", "namespace", "default", "pod-security.kubernetes.io/enforce=privileged", "pod-security.kubernetes.io/warn=privileged")
 		if _, err := c.AppsV1().Deployments("default").Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/flotilla-dev/flotilla/internal/devsite"
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
@@ -485,4 +487,18 @@ func TestDeadVoterIsReplaced(t *testing.T) {
 	if old, _ := filepath.Glob(filepath.Join(victim.DataDir, "etcd.removed-*")); len(old) != 1 {
 		t.Fatalf("the removed member's data should be kept aside once: %v", old)
 	}
+}
+
+// startPodSite starts a site of n hosts with the example images side-loaded and waits until
+// every Node is Ready; it returns the site and an admin client of its first host.
+func startPodSite(t testing.TB, n int, extra ...string) (*devsite.Site, kubernetes.Interface) {
+	t.Helper()
+	s := newSite(t, n)
+	sideLoad(t, s)
+	startSite(t, s, extra...)
+	waitFor(t, 2*time.Minute, fmt.Sprintf("%d Ready nodes", n), func() (bool, string) {
+		got, out := readyNodes(s.Hosts[0])
+		return got == n, out
+	})
+	return s, clientOf(t, s.Hosts[0])
 }

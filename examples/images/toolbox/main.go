@@ -5,12 +5,17 @@
 //	                        /tmp/unhealthy exists, /exit/<code> ends the process
 //	exit CODE [TEXT]        print TEXT (if any) and exit with CODE
 //	alloc MIB               allocate and touch MIB MiB of memory, then sleep
+//	fill FILE MIB           write MIB MiB to FILE, then sleep (exit 1 if a write fails)
 //	signals FILE            sleep until SIGTERM, append "SIGTERM <unix nanos>" to FILE, exit 0
 //	append FILE TEXT...     append a line to FILE (hooks, init containers)
 //	touch FILE | rm FILE    create or remove a file
+//	symlink TARGET LINK     make LINK a symlink to TARGET, replacing a file at LINK
 //	exists FILE             exit 0 if FILE exists, else 1 (exec probes)
 //	cat FILE...             print files
 //	env                     print the environment
+//	id                      print "uid=N gid=N groups=A,B" from the kernel (no /etc/passwd)
+//	write FILE [TEXT]       create FILE holding TEXT, exit 1 if that fails (see security.go)
+//	stat FILE...            print "FILE MODE UID GID" per file, MODE in octal
 //	get URL                 HTTP GET, print the body, exit 1 on failure or non-2xx
 //	dial HOST:PORT          TCP connect, exit 1 on failure
 //	lookup NAME [TYPE]      DNS lookup through /etc/resolv.conf (A, SRV or CNAME)
@@ -106,6 +111,8 @@ func run(cmd string, args []string) int {
 		code := run("sleep", []string{"inf"})
 		runtime.KeepAlive(buf)
 		return code
+	case "fill":
+		return fill(arg(0), arg(1))
 	case "signals":
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, syscall.SIGTERM)
@@ -126,6 +133,14 @@ func run(cmd string, args []string) int {
 			return fail("%v", err)
 		}
 		return 0
+	case "symlink":
+		if err := os.Remove(arg(1)); err != nil && !os.IsNotExist(err) {
+			return fail("%v", err)
+		}
+		if err := os.Symlink(arg(0), arg(1)); err != nil {
+			return fail("%v", err)
+		}
+		return 0
 	case "rm":
 		_ = os.Remove(arg(0))
 		return 0
@@ -143,6 +158,12 @@ func run(cmd string, args []string) int {
 			os.Stdout.Write(b)
 		}
 		return 0
+	case "id":
+		return id()
+	case "write":
+		return write(arg(0), strings.Join(args[min(1, len(args)):], " "))
+	case "stat":
+		return stat(args)
 	case "env":
 		for _, e := range os.Environ() {
 			fmt.Println(e)
