@@ -152,16 +152,17 @@ func (a *Applier) rank(o Object) int {
 }
 
 func (a *Applier) patch(ctx context.Context, o Object, dryRun bool) error {
-	_, err := a.patchObject(ctx, o, dryRun, nil)
+	_, _, err := a.patchObject(ctx, o, dryRun, nil)
 	return err
 }
 
-// patchObject server-side applies o and returns the object the API answered with.
-// nsExists caches, for dry runs, which namespaces exist (nil: no cache).
-func (a *Applier) patchObject(ctx context.Context, o Object, dryRun bool, nsExists *nsCache) (*unstructured.Unstructured, error) {
+// patchObject server-side applies o and returns the object the API answered with and the
+// warnings it answered (see CollectWarnings). nsExists caches, for dry runs, which
+// namespaces exist (nil: no cache).
+func (a *Applier) patchObject(ctx context.Context, o Object, dryRun bool, nsExists *nsCache) (*unstructured.Unstructured, []string, error) {
 	m, err := a.mapping(o.Obj.GroupVersionKind())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	obj := o.Obj
 	ri := a.Dynamic.Resource(m.Resource)
@@ -187,14 +188,16 @@ func (a *Applier) patchObject(ctx context.Context, o Object, dryRun bool, nsExis
 	}
 	b, err := json.Marshal(obj.Object)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	force := true
 	opts := metav1.PatchOptions{FieldManager: FieldManager, Force: &force, FieldValidation: "Strict"}
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	return res.Patch(ctx, obj.GetName(), types.ApplyPatchType, b, opts)
+	wctx, warnings := withWarnings(ctx)
+	got, err := res.Patch(wctx, obj.GetName(), types.ApplyPatchType, b, opts)
+	return got, warnings.list(), err
 }
 
 // applyParallelism bounds the requests in flight while validating and applying: the apply is
@@ -264,7 +267,8 @@ func (a *Applier) Validate(ctx context.Context, objs []Object) []string {
 			lines[i] = crds.Check(ctx, o)
 			return
 		}
-		if _, err := a.patchObject(ctx, o, true, cache); err != nil && ctx.Err() == nil {
+		// The apply that follows answers the same warnings: they are reported from there.
+		if _, _, err := a.patchObject(ctx, o, true, cache); err != nil && ctx.Err() == nil {
 			lines[i] = describe(o) + ": " + errorText(err)
 		}
 	})
@@ -283,7 +287,7 @@ func (a *Applier) Validate(ctx context.Context, objs []Object) []string {
 // Apply applies the objects in order (Prepare sorted them). Namespaces get
 // CreatedByAnnotation when they do not exist yet or already carry it for this source.
 func (a *Applier) Apply(ctx context.Context, objs []Object, source string) error {
-	_, err := a.ApplyObjects(ctx, objs, source)
+	_, _, err := a.ApplyObjects(ctx, objs, source)
 	return err
 }
 
@@ -292,10 +296,13 @@ func (a *Applier) Apply(ctx context.Context, objs []Object, source string) error
 // apply rank (see Prepare) are applied concurrently, ranks one after the other. After the
 // CustomResourceDefinitions it waits (EstablishTimeout) until each is established and the
 // API serves its kind; the objects of a definition that failed or is not established are
-// not applied, with one error naming the definition.
-func (a *Applier) ApplyObjects(ctx context.Context, objs []Object, source string) ([]*unstructured.Unstructured, error) {
+// not applied, with one error naming the definition. The warnings the API answered to the
+// applies (see CollectWarnings), those of failed objects included, are returned as
+// "Kind namespace/name: warning", each once, in apply order.
+func (a *Applier) ApplyObjects(ctx context.Context, objs []Object, source string) ([]*unstructured.Unstructured, []string, error) {
 	got := make([]*unstructured.Unstructured, len(objs))
 	errs := make([]error, len(objs))
+	warned := make([][]string, len(objs))
 	// Kinds whose definition (named) this apply could not establish.
 	notReady := map[schema.GroupKind]string{}
 	skipped := map[schema.GroupKind]int{}
@@ -313,7 +320,7 @@ func (a *Applier) ApplyObjects(ctx context.Context, objs []Object, source string
 				mu.Unlock()
 				return
 			}
-			got[lo+i], errs[lo+i] = a.applyOne(ctx, o, source)
+			got[lo+i], warned[lo+i], errs[lo+i] = a.applyOne(ctx, o, source)
 		})
 		if a.rank(objs[lo]) == rankCRD {
 			a.establish(ctx, objs[lo:hi], got[lo:hi], errs[lo:hi], notReady)
@@ -324,12 +331,14 @@ func (a *Applier) ApplyObjects(ctx context.Context, objs []Object, source string
 		errs = append(errs, fmt.Errorf("%d %s object(s) not applied: their CustomResourceDefinition %s is not established", skipped[gk], gk.Kind, notReady[gk]))
 	}
 	applied := make([]*unstructured.Unstructured, 0, len(objs))
-	for _, u := range got {
+	var warnings []string
+	for i, u := range got {
 		if u != nil {
 			applied = append(applied, u)
 		}
+		warnings = appendDistinct(warnings, objectWarnings(objs[i], warned[i])...)
 	}
-	return applied, errors.Join(errs...)
+	return applied, warnings, errors.Join(errs...)
 }
 
 // crdKinds returns the kind a CustomResourceDefinition defines and its served versions.
@@ -456,7 +465,7 @@ func (a *Applier) waitMapping(wctx context.Context, gvk schema.GroupVersionKind)
 	}
 }
 
-func (a *Applier) applyOne(ctx context.Context, o Object, source string) (*unstructured.Unstructured, error) {
+func (a *Applier) applyOne(ctx context.Context, o Object, source string) (*unstructured.Unstructured, []string, error) {
 	if o.Obj.GroupVersionKind().GroupKind() == (schema.GroupKind{Kind: "Namespace"}) {
 		cur, err := a.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Get(ctx, o.Obj.GetName(), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || (err == nil && cur.GetAnnotations()[CreatedByAnnotation] == source) {
@@ -468,14 +477,14 @@ func (a *Applier) applyOne(ctx context.Context, o Object, source string) (*unstr
 			ann[CreatedByAnnotation] = source
 			o.Obj.SetAnnotations(ann)
 		} else if err != nil {
-			return nil, fmt.Errorf("%s: %w", describe(o), err)
+			return nil, nil, fmt.Errorf("%s: %w", describe(o), err)
 		}
 	}
-	got, err := a.patchObject(ctx, o, false, nil)
+	got, warnings, err := a.patchObject(ctx, o, false, nil)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s", describe(o), errorText(err))
+		return nil, warnings, fmt.Errorf("%s: %s", describe(o), errorText(err))
 	}
-	return got, nil
+	return got, warnings, nil
 }
 
 // errorText is the API's message with each invalid field spelled "field: message".

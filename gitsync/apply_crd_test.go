@@ -213,7 +213,7 @@ func TestApplyWaitsForCRDs(t *testing.T) {
 	if len(fails) > 0 {
 		t.Fatal(fails)
 	}
-	applied, err := a.ApplyObjects(context.Background(), objs, "default.src")
+	applied, _, err := a.ApplyObjects(context.Background(), objs, "default.src")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestApplyCRDNotEstablished(t *testing.T) {
 			a := &Applier{Dynamic: srv.client(), Mapper: srv.mapper, EstablishTimeout: tt.timeout}
 			objs, _ := a.Prepare(crdRevision(t), "default.src")
 			start := time.Now()
-			_, err := a.ApplyObjects(context.Background(), objs, "default.src")
+			_, _, err := a.ApplyObjects(context.Background(), objs, "default.src")
 			if err == nil {
 				t.Fatal("no error")
 			}

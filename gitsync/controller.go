@@ -64,6 +64,9 @@ const (
 	EventFetched = "Fetched"
 	EventApplied = "Applied"
 	EventPruned  = "Pruned"
+	// EventAPIWarning (a Warning) is a warning the API answered to the apply of an object,
+	// "Kind namespace/name: warning", recorded once per revision.
+	EventAPIWarning = "APIWarning"
 )
 
 // healthPoll is how often the health of progressing objects (and of dependencies that are
@@ -108,6 +111,9 @@ type sourceState struct {
 	// unhealthy are the applied objects whose health is re-checked every healthPoll.
 	unhealthy []*unstructured.Unstructured
 	healthy   map[string]HealthResult
+	// warned are the API warnings already reported for warnedRevision.
+	warnedRevision string
+	warned         map[string]bool
 }
 
 // New builds the controller with DefaultConfig.
@@ -128,6 +134,7 @@ func NewWithConfig(cctx *controllers.Context, cfg Config) (*Controller, error) {
 	if cctx.Config != nil {
 		rc := rest.CopyConfig(cctx.Config)
 		rc.QPS, rc.Burst = 1000, 2000
+		CollectWarnings(rc)
 		if d, err := dynamic.NewForConfig(rc); err == nil {
 			bulk = d
 		}
@@ -558,7 +565,8 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 		return true, nil
 	}
 	applyStart := time.Now()
-	applied, err := c.applier.ApplyObjects(ctx, objs, source)
+	applied, warnings, err := c.applier.ApplyObjects(ctx, objs, source)
+	c.reportWarnings(gs, ss, co.Revision, warnings, log)
 	if err != nil {
 		observeSince(applyDuration, msource, applyStart)
 		fail(ReasonApplyFailed, fmt.Sprintf("Revision %s: apply: %v", co.Revision, err), false)
@@ -599,6 +607,23 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 	apimeta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionReconciling)
 	apimeta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionStalled)
 	return true, nil
+}
+
+// reportWarnings records each API warning of an apply of revision as an EventAPIWarning and
+// logs it, unless it was reported for this revision already: every interval re-applies the
+// revision, and the API answers the same warnings each time.
+func (c *Controller) reportWarnings(gs *v1alpha1.GitSource, ss *sourceState, revision string, warnings []string, log *logrus.Entry) {
+	if ss.warnedRevision != revision || ss.warned == nil {
+		ss.warnedRevision, ss.warned = revision, map[string]bool{}
+	}
+	for _, w := range warnings {
+		if ss.warned[w] {
+			continue
+		}
+		ss.warned[w] = true
+		log.WithField("warning", w).Warn("API warning")
+		c.event(gs, corev1.EventTypeWarning, EventAPIWarning, "%s", truncate(w))
+	}
 }
 
 // verify checks the signature spec.verify asks for. It returns an empty message when the

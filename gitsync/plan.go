@@ -200,7 +200,9 @@ func planCRDCheck(ctx context.Context, crds *CRDCheck, o Object) string {
 // unless the server already has it. Inventory entries of the source that are no longer
 // rendered are listed as delete, or keep with the reason when gitsync's prune protections
 // apply. The server is not changed. A render failure is returned as an error; invalid
-// objects are items.
+// objects are items. The warnings the API answers to an object's dry-run (see
+// CollectWarnings), such as Pod Security Admission's for a workload whose pods it would
+// refuse, are plan warnings "Kind namespace/name: warning", each once.
 func (a *Applier) Plan(ctx context.Context, opts PlanOptions) (*Plan, error) {
 	srcNS, srcName, err := planSplitSource(opts.Source)
 	if err != nil {
@@ -236,14 +238,14 @@ func (a *Applier) Plan(ctx context.Context, opts PlanOptions) (*Plan, error) {
 		if line := planCRDCheck(ctx, crds, o); line != "" {
 			it = planItem(PlanInvalid, o)
 			it.Reason = line
-		} else if crds.Defines(o.Obj.GroupVersionKind().GroupKind()) {
-			var warning string
-			it, warning, err = a.planCustomResource(ctx, o, source)
-			if warning != "" {
-				p.Warnings = append(p.Warnings, warning)
-			}
 		} else {
-			it, err = a.planObject(ctx, o, source)
+			var warnings []string
+			if crds.Defines(o.Obj.GroupVersionKind().GroupKind()) {
+				it, warnings, err = a.planCustomResource(ctx, o, source)
+			} else {
+				it, warnings, err = a.planObject(ctx, o, source)
+			}
+			p.Warnings = appendDistinct(p.Warnings, warnings...)
 		}
 		if err != nil {
 			return nil, err
@@ -309,12 +311,14 @@ func planItem(action PlanAction, o Object) PlanItem {
 }
 
 // planObject dry-runs o exactly as Apply would patch it and compares the result with the
-// live object. Errors are returned only when the API could not be asked at all.
-func (a *Applier) planObject(ctx context.Context, o Object, source string) (PlanItem, error) {
-	it := planItem(PlanUnchanged, o)
+// live object; warnings are those the API answered to the dry-run of a valid object, as
+// "Kind namespace/name: warning". Errors are returned only when the API could not be asked
+// at all.
+func (a *Applier) planObject(ctx context.Context, o Object, source string) (it PlanItem, warnings []string, err error) {
+	it = planItem(PlanUnchanged, o)
 	m, err := a.mapping(o.Obj.GroupVersionKind())
 	if err != nil {
-		return it, fmt.Errorf("%s: %w", describe(o), err)
+		return it, nil, fmt.Errorf("%s: %w", describe(o), err)
 	}
 	nsRes := a.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"})
 	ri := a.Dynamic.Resource(m.Resource)
@@ -330,7 +334,7 @@ func (a *Applier) planObject(ctx context.Context, o Object, source string) (Plan
 			sent.SetNamespace("default")
 			ns = "default"
 		} else if err != nil {
-			return it, fmt.Errorf("%s: get namespace: %w", describe(o), err)
+			return it, nil, fmt.Errorf("%s: get namespace: %w", describe(o), err)
 		}
 		res = ri.Namespace(ns)
 	}
@@ -340,7 +344,7 @@ func (a *Applier) planObject(ctx context.Context, o Object, source string) (Plan
 		if apierrors.IsNotFound(err) {
 			live = nil
 		} else if err != nil {
-			return it, fmt.Errorf("%s: get: %w", describe(o), err)
+			return it, nil, fmt.Errorf("%s: get: %w", describe(o), err)
 		}
 	}
 	// Apply marks a Namespace it creates (or created before) as the source's.
@@ -356,14 +360,15 @@ func (a *Applier) planObject(ctx context.Context, o Object, source string) (Plan
 	}
 	b, err := json.Marshal(sent.Object)
 	if err != nil {
-		return it, err
+		return it, nil, err
 	}
 	force := true
-	result, err := res.Patch(ctx, sent.GetName(), types.ApplyPatchType, b, metav1.PatchOptions{
+	wctx, collected := withWarnings(ctx)
+	result, err := res.Patch(wctx, sent.GetName(), types.ApplyPatchType, b, metav1.PatchOptions{
 		FieldManager: FieldManager, Force: &force, FieldValidation: "Strict", DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		if ctx.Err() != nil {
-			return it, ctx.Err()
+			return it, nil, ctx.Err()
 		}
 		it.Action = PlanInvalid
 		// gitsync's own failure line, so the plan reads like the status will.
@@ -372,41 +377,42 @@ func (a *Applier) planObject(ctx context.Context, o Object, source string) (Plan
 		} else {
 			it.Reason = describe(o) + ": " + err.Error()
 		}
-		return it, nil
+		return it, nil, nil
 	}
+	warnings = objectWarnings(o, collected.list())
 	if live == nil {
 		it.Action = PlanCreate
 		// What git sets, in the object's own namespace (not the one it was checked in).
 		shown := sent.DeepCopy()
 		shown.SetNamespace(o.Obj.GetNamespace())
 		it.Changes = DiffObjects(nil, shown.Object)
-		return it, nil
+		return it, warnings, nil
 	}
 	if it.Changes = DiffObjects(live.Object, result.Object); len(it.Changes) > 0 {
 		it.Action = PlanUpdate
 	}
-	return it, nil
+	return it, warnings, nil
 }
 
 // planCustomResource plans a valid custom resource whose CustomResourceDefinition is in the
 // revision. When the API does not serve its kind and version yet, or has no such object, it
 // is a create (the server's definition may be absent or older than the revision's, so it
-// is not dry-run). Otherwise it is planned as any object; should the server's definition
-// refuse what the revision's accepts, it is an update whose changes cannot be shown before
-// the definition is applied, and warning says so.
-func (a *Applier) planCustomResource(ctx context.Context, o Object, source string) (it PlanItem, warning string, err error) {
+// is not dry-run). Otherwise it is planned as any object (with the API's warnings); should
+// the server's definition refuse what the revision's accepts, it is an update whose changes
+// cannot be shown before the definition is applied, and a warning says so.
+func (a *Applier) planCustomResource(ctx context.Context, o Object, source string) (it PlanItem, warnings []string, err error) {
 	gvk := o.Obj.GroupVersionKind()
-	create := func() (PlanItem, string, error) {
+	create := func() (PlanItem, []string, error) {
 		it := planItem(PlanCreate, o)
 		it.Changes = DiffObjects(nil, o.Obj.Object)
-		return it, "", nil
+		return it, nil, nil
 	}
 	m, err := a.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if meta.IsNoMatchError(err) {
 		return create()
 	}
 	if err != nil {
-		return planItem(PlanUnchanged, o), "", fmt.Errorf("%s: %w", describe(o), err)
+		return planItem(PlanUnchanged, o), nil, fmt.Errorf("%s: %w", describe(o), err)
 	}
 	var res dynamic.ResourceInterface = a.Dynamic.Resource(m.Resource)
 	if m.Scope.Name() == meta.RESTScopeNameNamespace {
@@ -415,16 +421,16 @@ func (a *Applier) planCustomResource(ctx context.Context, o Object, source strin
 	if _, err := res.Get(ctx, o.Obj.GetName(), metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		return create()
 	} else if err != nil {
-		return planItem(PlanUnchanged, o), "", fmt.Errorf("%s: get: %w", describe(o), err)
+		return planItem(PlanUnchanged, o), nil, fmt.Errorf("%s: get: %w", describe(o), err)
 	}
-	it, err = a.planObject(ctx, o, source)
+	it, warnings, err = a.planObject(ctx, o, source)
 	if err != nil || it.Action != PlanInvalid {
-		return it, "", err
+		return it, warnings, err
 	}
 	reason := it.Reason
 	it = planItem(PlanUpdate, o)
-	return it, fmt.Sprintf("%s: the CustomResourceDefinition on the server refuses it (%s), the revision's accepts it: its changes show once the revision's definition is applied",
-		describe(o), strings.TrimPrefix(reason, describe(o)+": ")), nil
+	return it, []string{fmt.Sprintf("%s: the CustomResourceDefinition on the server refuses it (%s), the revision's accepts it: its changes show once the revision's definition is applied",
+		describe(o), strings.TrimPrefix(reason, describe(o)+": "))}, nil
 }
 
 // planPrune lists what Prune would do with the stale entries, without deleting.

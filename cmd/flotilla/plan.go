@@ -32,7 +32,9 @@ func newPlanCommand() *cobra.Command {
 		Long: `plan renders REPO_DIR (default .) at --path exactly as gitsync does. With --kubeconfig it
 server-side dry-runs every object as gitsync would apply it (nothing on the server changes)
 and compares the result with the live object; objects of the GitSource's inventory that are
-no longer rendered are listed as delete (or keep, with the reason).
+no longer rendered are listed as delete (or keep, with the reason). The warnings the API
+answers to an object's dry-run (e.g. Pod Security Admission's for a workload whose pods it
+would refuse) are listed as warnings naming the object.
 
 Without --kubeconfig (offline, e.g. a CI job that cannot reach the site) it validates every
 object as flotilla's API would, without a cluster: decoded strictly (a field the kind does
@@ -136,6 +138,8 @@ func planApplier(kubeconfig string) (*gitsync.Applier, error) {
 	// One dry-run and one get per object: client-go's default 5 QPS would make a large
 	// repository take minutes.
 	cfg.QPS, cfg.Burst = 50, 100
+	// The API's warnings for an object (e.g. Pod Security Admission's) become plan warnings.
+	gitsync.CollectWarnings(cfg)
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)

@@ -96,7 +96,8 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdin io.Re
 	case st := <-exitC:
 		code, _, err := st.Result()
 		if err != nil {
-			return -1, fmt.Errorf("exec in container %s: %w", id, err)
+			// A wait cut short by ctx ends with the RPC's error, not ctx's.
+			return -1, ctxErr(fmt.Errorf("exec in container %s: %w", id, err))
 		}
 		// Let the output drain, unless a background child keeps the pipes open.
 		drained := make(chan struct{})

@@ -118,8 +118,11 @@ func TestRunAgainstAPIServer(t *testing.T) {
 	}) {
 		t.Error("web-0.nginx.default.svc.cluster.local did not resolve to 10.244.0.5")
 	}
-	if got := firstA(ask(addr, "udp", "nginx.default.svc.cluster.local.", mdns.TypeA)); got != "10.244.0.5" {
-		t.Errorf("headless nginx: %q, want 10.244.0.5", got)
+	// The pod's own name (hostname.subdomain) can resolve before the EndpointSlice exists.
+	if !waitFor(10*time.Second, func() bool {
+		return firstA(ask(addr, "udp", "nginx.default.svc.cluster.local.", mdns.TypeA)) == "10.244.0.5"
+	}) {
+		t.Errorf("headless nginx: %q, want 10.244.0.5", firstA(ask(addr, "udp", "nginx.default.svc.cluster.local.", mdns.TypeA)))
 	}
 	if r := ask(addr, "udp", "_web._tcp.nginx.default.svc.cluster.local.", mdns.TypeSRV); r == nil || len(r.Answer) != 1 ||
 		r.Answer[0].(*mdns.SRV).Target != "web-0.nginx.default.svc.cluster.local." || r.Answer[0].(*mdns.SRV).Port != 80 {

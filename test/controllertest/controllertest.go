@@ -22,7 +22,9 @@ import (
 // informers and runs the controllers until the test ends.
 func Start(t *testing.T, constructors ...controllers.Constructor) (*framework.Agent, kubernetes.Interface) {
 	t.Helper()
-	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers="}})
+	// Controllers are tested with any pod template (hostNetwork DaemonSets included); Pod
+	// Security admission has its own tests.
+	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers=", "--pod-security-default=privileged"}})
 	cctx, err := controllers.NewContext(a.RESTConfig())
 	if err != nil {
 		t.Fatalf("controller context: %v", err)

@@ -1,0 +1,133 @@
+package gitsync
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/flotilla-dev/flotilla/test/framework"
+)
+
+// warnHostDaemonSet runs on the host's network with the host's root mounted: the API's
+// default Pod Security level (baseline) refuses its pods and only warns about the DaemonSet.
+const warnHostDaemonSet = `apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: hostagent
+  namespace: default
+spec:
+  selector:
+    matchLabels: {app: hostagent}
+  template:
+    metadata:
+      labels: {app: hostagent}
+    spec:
+      hostNetwork: true
+      containers:
+      - name: c
+        image: busybox
+      volumes:
+      - name: root
+        hostPath: {path: /}
+`
+
+// TestAPIWarningsAgainstAgent: a DaemonSet whose pods Pod Security Admission would refuse is
+// accepted with a warning; plan (Go API and the built binary) lists the warning naming the
+// DaemonSet, and the controller records it as one APIWarning event on the GitSource, not
+// repeated by the re-applies of the same revision.
+func TestAPIWarningsAgainstAgent(t *testing.T) {
+	r := newRepo(t)
+	head := r.commit(map[string]string{"ds.yaml": warnHostDaemonSet})
+	e := start(t)
+	const prefix = `DaemonSet default/hostagent: would violate PodSecurity "baseline:latest": host namespaces (hostNetwork=true)`
+	ctx := context.Background()
+
+	t.Log("plan through the Go API, with a client set up by CollectWarnings")
+	cfg := rest.CopyConfig(e.a.RESTConfig())
+	CollectWarnings(cfg)
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap := &Applier{Dynamic: dyn, Mapper: e.cctx.RESTMapper}
+	p, err := ap.Plan(ctx, PlanOptions{RepoDir: r.dir, Source: "default/apps"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hasWarning := func(ws []string) bool {
+		n := 0
+		for _, w := range ws {
+			if strings.HasPrefix(w, prefix) {
+				n++
+			}
+		}
+		return n == 1
+	}
+	if !hasWarning(p.Warnings) {
+		t.Errorf("plan warnings %q: want one starting with %q", p.Warnings, prefix)
+	}
+	if c := p.Counts(); c.Create != 1 || c.Invalid != 0 {
+		t.Errorf("plan %+v: want the DaemonSet as a create", c)
+	}
+
+	t.Log("plan through the built binary")
+	out, err := exec.Command(framework.FlotillaBin(t), "plan", "--kubeconfig", e.a.Kubeconfig, "--source", "default/apps",
+		"--output", "json", r.dir).Output()
+	if err != nil {
+		t.Fatalf("flotilla plan: %v\n%s", err, out)
+	}
+	var bp Plan
+	if err := json.Unmarshal(out, &bp); err != nil {
+		t.Fatalf("flotilla plan json: %v\n%s", err, out)
+	}
+	if !hasWarning(bp.Warnings) {
+		t.Errorf("flotilla plan warnings %q: want one starting with %q", bp.Warnings, prefix)
+	}
+
+	t.Log("the controller applies the revision and records the warning on the GitSource")
+	e.createSource(map[string]any{"url": "file://" + r.dir, "interval": "1s"})
+	e.waitFor("revision applied", e.readyAt(head))
+	warningEvents := func() []corev1.Event {
+		list, err := e.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []corev1.Event
+		for _, ev := range list.Items {
+			if ev.InvolvedObject.Kind == "GitSource" && ev.InvolvedObject.Name == "apps" && ev.Reason == EventAPIWarning {
+				out = append(out, ev)
+			}
+		}
+		return out
+	}
+	e.waitFor("APIWarning event", func() bool {
+		return slices.ContainsFunc(warningEvents(), func(ev corev1.Event) bool { return strings.HasPrefix(ev.Message, prefix) })
+	})
+	// Several intervals, each re-applying the revision (and answered the same warning).
+	time.Sleep(4 * time.Second)
+	n := 0
+	for _, ev := range warningEvents() {
+		if ev.Type != corev1.EventTypeWarning {
+			t.Errorf("event %s: type %s, want Warning", ev.Message, ev.Type)
+		}
+		if ev.Count > 1 {
+			t.Errorf("event %q recorded %d times for one revision", ev.Message, ev.Count)
+		}
+		if strings.HasPrefix(ev.Message, prefix) {
+			n++
+			t.Logf("event: %s", ev.Message)
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d APIWarning events for the DaemonSet's Pod Security warning, want 1", n)
+	}
+}
