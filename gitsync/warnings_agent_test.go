@@ -10,10 +10,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
 
@@ -129,5 +131,54 @@ func TestAPIWarningsAgainstAgent(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("%d APIWarning events for the DaemonSet's Pod Security warning, want 1", n)
+	}
+}
+
+// refusedHostPod is a bare Pod that the site's default Pod Security level (baseline) refuses.
+const refusedHostPod = `apiVersion: v1
+kind: Pod
+metadata:
+  name: rootfs
+  namespace: default
+spec:
+  containers:
+  - name: c
+    image: example/app:1
+  volumes:
+  - name: root
+    hostPath: {path: /}
+`
+
+// TestPodSecurityRefusalAgainstAgent: a Pod that Pod Security Admission refuses makes the plan
+// invalid and the GitSource not Ready, both naming the Pod with PSA's message, and nothing of
+// the revision is applied.
+func TestPodSecurityRefusalAgainstAgent(t *testing.T) {
+	r := newRepo(t)
+	r.commit(map[string]string{"pod.yaml": refusedHostPod, "cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: beside, namespace: default}\n"})
+	e := start(t)
+	const psa = `violates PodSecurity "baseline:latest": hostPath volumes (volume "root")`
+	ctx := context.Background()
+
+	p, err := (&Applier{Dynamic: e.cctx.Dynamic, Mapper: e.cctx.RESTMapper}).Plan(ctx, PlanOptions{RepoDir: r.dir, Source: "default/apps"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, it := range p.Items {
+		if it.Kind == "Pod" && it.Name == "rootfs" && it.Action == PlanInvalid && strings.Contains(it.Reason, psa) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("plan does not show Pod rootfs invalid with %q: %+v", psa, p.Items)
+	}
+
+	e.createSource(map[string]any{"url": "file://" + r.dir, "interval": "1s"})
+	e.waitFor("GitSource not Ready, naming the Pod and PSA's message", func() bool {
+		c := apimeta.FindStatusCondition(e.source().Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "rootfs") && strings.Contains(c.Message, psa)
+	})
+	if _, err := e.client.CoreV1().ConfigMaps("default").Get(ctx, "beside", metav1.GetOptions{}); err == nil {
+		t.Error("the refused revision was applied in part: ConfigMap beside exists")
 	}
 }
