@@ -108,7 +108,7 @@ func checkObjects(t *testing.T, got, want []string) {
 func TestExamplesRender(t *testing.T) {
 	for _, ex := range allExamples(t) {
 		t.Run(ex.name, func(t *testing.T) {
-			objs, err := gitsync.Render(ex.root, ex.path)
+			objs, err := gitsync.Render(context.Background(), ex.root, ex.path, gitsync.Limits{})
 			if err != nil {
 				t.Fatalf("render: %v", err)
 			}
@@ -126,7 +126,7 @@ func TestExamplesRender(t *testing.T) {
 func TestFleetSitesDiffer(t *testing.T) {
 	for name, site := range fleetSites {
 		t.Run(name, func(t *testing.T) {
-			objs, err := gitsync.Render(dir("fleet"), "sites/"+name)
+			objs, err := gitsync.Render(context.Background(), dir("fleet"), "sites/"+name, gitsync.Limits{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -176,7 +176,7 @@ func TestExamplesDryRun(t *testing.T) {
 	ctx := context.Background()
 	for _, ex := range exs {
 		t.Run(ex.name, func(t *testing.T) {
-			objs, err := gitsync.Render(ex.root, ex.path)
+			objs, err := gitsync.Render(context.Background(), ex.root, ex.path, gitsync.Limits{})
 			if err != nil {
 				t.Fatalf("render: %v", err)
 			}
@@ -195,7 +195,7 @@ func TestExamplesDryRun(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bad, "bad.yaml"), []byte("apiVersion: v1\nkind: Service\nmetadata: {name: bad}\nspec: {ports: [{port: 99999}]}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	objs, err := gitsync.Render(bad, ".")
+	objs, err := gitsync.Render(context.Background(), bad, ".", gitsync.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

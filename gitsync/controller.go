@@ -2,6 +2,7 @@ package gitsync
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -54,6 +55,9 @@ const (
 	ReasonDependencyNotReady = "DependencyNotReady"
 	// ReasonInvalidSpec: the GitSource itself asks for something impossible.
 	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonInsecureTransport is the reason of ConditionWarning while spec.insecure lets the
+	// source fetch over http:// or git://.
+	ReasonInsecureTransport = "InsecureTransport"
 	// ReasonHealthy / ReasonProgressing / ReasonDegraded are the reasons of ConditionHealthy.
 	ReasonHealthy  = "Healthy"
 	ReasonDegraded = "Degraded"
@@ -77,11 +81,13 @@ const healthPoll = 3 * time.Second
 type Config struct {
 	// CacheDir holds one git work tree per source (<CacheDir>/<namespace>/<name>).
 	CacheDir string
+	// Limits bound each source's fetch and render (zero fields: the defaults).
+	Limits Limits
 }
 
 // DefaultConfig caches clones under the system temporary directory.
 func DefaultConfig() Config {
-	return Config{CacheDir: filepath.Join(os.TempDir(), "flotilla-gitsync")}
+	return Config{CacheDir: filepath.Join(os.TempDir(), "flotilla-gitsync"), Limits: DefaultLimits()}
 }
 
 // Controller reconciles GitSources: fetch, verify, render, validate, apply, prune, every
@@ -98,8 +104,32 @@ type Controller struct {
 	recorder record.EventRecorder
 	log      *logrus.Entry
 
-	mu    sync.Mutex
-	state map[string]*sourceState
+	// secrets is a metadata informer of the Secrets (a changed credential, CA bundle or
+	// verify key fetches again at once), started with the shared metadata informers.
+	secrets       cache.SharedIndexInformer
+	startMetadata func(stop <-chan struct{})
+	mu            sync.Mutex
+	state         map[string]*sourceState
+	// secretChanged are the sources a Secret they read changed for since their last sync.
+	secretChanged map[string]bool
+}
+
+// secretRefIndex indexes GitSources by "namespace/name" of the Secrets a fetch reads:
+// spec.secretRef and spec.verify.secretRef.
+const secretRefIndex = "secretRef"
+
+func indexSecretRefs(obj any) ([]string, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, nil
+	}
+	var out []string
+	for _, path := range [][]string{{"spec", "secretRef", "name"}, {"spec", "verify", "secretRef", "name"}} {
+		if name, _, _ := unstructured.NestedString(u.Object, path...); name != "" {
+			out = append(out, u.GetNamespace()+"/"+name)
+		}
+	}
+	return out, nil
 }
 
 // sourceState is what the controller remembers of a source between syncs (lost with
@@ -126,6 +156,7 @@ func NewWithConfig(cctx *controllers.Context, cfg Config) (*Controller, error) {
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = DefaultConfig().CacheDir
 	}
+	cfg.Limits = cfg.Limits.WithDefaults()
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(cctx.Dynamic, 0)
 	inf := factory.ForResource(GitSourceResource).Informer()
 	// A revision is applied in bursts of thousands of requests to the local API: the shared
@@ -146,7 +177,42 @@ func NewWithConfig(cctx *controllers.Context, cfg Config) (*Controller, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gitsync"}),
 		log:   logrus.WithField("controller", "gitsync"),
-		state: map[string]*sourceState{},
+		state: map[string]*sourceState{}, secretChanged: map[string]bool{},
+	}
+	if err := inf.AddIndexers(cache.Indexers{secretRefIndex: indexSecretRefs}); err != nil {
+		return nil, fmt.Errorf("gitsource index: %w", err)
+	}
+	if cctx.MetadataInformers != nil {
+		c.secrets = cctx.MetadataInformers.ForResource(corev1.SchemeGroupVersion.WithResource("secrets")).Informer()
+		c.startMetadata = cctx.MetadataInformers.Start
+		secretChanged := func(obj any) {
+			key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+			if err != nil {
+				return
+			}
+			users, _ := c.informer.GetIndexer().ByIndex(secretRefIndex, key)
+			for _, u := range users {
+				if k, err := cache.MetaNamespaceKeyFunc(u); err == nil {
+					c.mu.Lock()
+					c.secretChanged[k] = true
+					c.mu.Unlock()
+					c.queue.Add(k)
+				}
+			}
+		}
+		if _, err := c.secrets.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: secretChanged,
+			UpdateFunc: func(old, cur any) {
+				o, ok1 := old.(metav1.Object)
+				n, ok2 := cur.(metav1.Object)
+				if !ok1 || !ok2 || o.GetResourceVersion() != n.GetResourceVersion() {
+					secretChanged(cur)
+				}
+			},
+			DeleteFunc: secretChanged,
+		}); err != nil {
+			return nil, fmt.Errorf("secret handler: %w", err)
+		}
 	}
 	if cctx.Recorder != nil {
 		c.recorder = cctx.Recorder("gitsync")
@@ -189,7 +255,13 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer forgetApplied()
 	c.factory.Start(ctx.Done())
 	defer c.factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
+	synced := []cache.InformerSynced{c.informer.HasSynced}
+	if c.secrets != nil {
+		// Starting the shared factory again only starts what is not running yet.
+		c.startMetadata(ctx.Done())
+		synced = append(synced, c.secrets.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return fmt.Errorf("gitsync: caches did not sync")
 	}
 	c.log.Info("started")
@@ -249,10 +321,14 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	c.mu.Unlock()
 	requested := gs.Annotations[RequestedAtAnnotation]
+	c.mu.Lock()
+	secretChanged := c.secretChanged[key]
+	delete(c.secretChanged, key)
+	c.mu.Unlock()
 	now := time.Now()
 	// A full round (fetch, apply, prune) every interval, on a spec change and on a webhook's
 	// request; in between only the health of what is still progressing is looked at again.
-	full := ss.lastFull.IsZero() || ss.generation != gs.Generation || ss.requestedAt != requested ||
+	full := ss.lastFull.IsZero() || ss.generation != gs.Generation || ss.requestedAt != requested || secretChanged ||
 		now.Sub(ss.lastFull) >= interval-50*time.Millisecond
 	st := gs.Status.DeepCopy()
 	var retry bool
@@ -511,14 +587,31 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 		return false, nil
 	}
 
-	auth, err := authFor(ctx, c.client, gs)
+	remote, err := remoteFor(ctx, c.client, gs)
 	if err != nil {
 		fail(ReasonFetchFailed, err.Error(), true)
 		return true, nil
 	}
+	if scheme := InsecureTransport(gs.Spec.URL); scheme != "" {
+		msg := fmt.Sprintf("spec.insecure: fetched over %s:// without TLS, so a network attacker can change what is applied: use https:// or ssh://, or set spec.verify to require signed commits", scheme)
+		if w := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionWarning); w == nil || w.Message != msg {
+			c.event(gs, corev1.EventTypeWarning, ReasonInsecureTransport, "%s", msg)
+		}
+		set(v1alpha1.ConditionWarning, metav1.ConditionTrue, ReasonInsecureTransport, msg)
+	} else {
+		apimeta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionWarning)
+	}
 	fetchStart := time.Now()
-	co, err := Fetch(ctx, filepath.Join(c.cfg.CacheDir, gs.Namespace, gs.Name), gs.Spec.URL, gs.Spec.Ref, auth)
+	co, err := Fetch(ctx, filepath.Join(c.cfg.CacheDir, gs.Namespace, gs.Name), remote, c.cfg.Limits)
 	observeSince(fetchDuration, msource, fetchStart)
+	var limit *LimitError
+	if errors.As(err, &limit) {
+		// Retrying fetches the same oversized repository again: only a push (which the
+		// interval picks up) or a higher limit can fix it.
+		fail(ReasonFetchFailed, fmt.Sprintf("Nothing fetched, the objects applied stay as they are: %v", limit), true)
+		log.WithError(limit).Warn("fetch over a limit; nothing applied")
+		return true, nil
+	}
 	if err != nil {
 		if hint := fetchHint(gs, err); hint != "" {
 			// Retrying cannot help until someone changes the Secret.
@@ -548,7 +641,7 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 	st.LastFetchedRevision = co.Revision
 
 	renderStart := time.Now()
-	objs, err := RenderCommit(co.Dir, co.Commit, gs.Spec.Path)
+	objs, err := RenderCommit(ctx, co.Dir, co.Commit, gs.Spec.Path, c.cfg.Limits)
 	observeSince(renderDuration, msource, renderStart)
 	if err != nil {
 		fail(ReasonBuildFailed, fmt.Sprintf("Revision %s: %v", co.Revision, err), true)
@@ -676,40 +769,63 @@ func truncate(s string) string {
 	return s
 }
 
-// authFor reads spec.secretRef: "username"/"password" for HTTPS; "identity" (a PEM
-// private key), "known_hosts" and optionally "password" (the key's passphrase) for SSH.
-// Errors say what to change in the GitSource or its Secret.
-func authFor(ctx context.Context, client kubernetes.Interface, gs *v1alpha1.GitSource) (transport.AuthMethod, error) {
+// remoteFor reads spec.url, spec.ref, spec.insecure and spec.secretRef: "username"/
+// "password" and "ca.crt" for HTTPS; "identity" (a PEM private key), "known_hosts" and
+// optionally "password" (the key's passphrase) for SSH. Errors say what to change in the
+// GitSource or its Secret.
+func remoteFor(ctx context.Context, client kubernetes.Interface, gs *v1alpha1.GitSource) (Remote, error) {
+	r := Remote{URL: gs.Spec.URL, Ref: gs.Spec.Ref, Insecure: gs.Spec.Insecure}
 	ep, err := transport.NewEndpoint(gs.Spec.URL)
 	if err != nil {
-		return nil, fmt.Errorf("spec.url %q: %w", gs.Spec.URL, err)
+		return r, fmt.Errorf("spec.url %q: %w", gs.Spec.URL, err)
+	}
+	if err := CheckTransport(gs.Spec.URL, gs.Spec.Insecure, gs.Spec.SecretRef != nil); err != nil {
+		if gs.Spec.SecretRef != nil && InsecureTransport(gs.Spec.URL) != "" {
+			return r, fmt.Errorf("spec.secretRef %s: %w", gs.Spec.SecretRef.Name, err)
+		}
+		return r, err
 	}
 	isSSH := ep.Protocol == "ssh"
 	if gs.Spec.SecretRef == nil {
 		if isSSH {
-			return nil, fmt.Errorf("spec.url %s is an SSH URL: set spec.secretRef to a Secret with keys identity (private key) and known_hosts", gs.Spec.URL)
+			return r, fmt.Errorf("spec.url %s is an SSH URL: set spec.secretRef to a Secret with keys identity (private key) and known_hosts", gs.Spec.URL)
 		}
-		return nil, nil
+		return r, nil
 	}
-	if !isSSH && ep.Protocol != "https" && ep.Protocol != "http" {
-		return nil, fmt.Errorf("spec.secretRef %s: credentials are used with https:// and ssh:// URLs only; remove it for %s", gs.Spec.SecretRef.Name, gs.Spec.URL)
+	if !isSSH && ep.Protocol != "https" {
+		return r, fmt.Errorf("spec.secretRef %s: credentials are used with https:// and ssh:// URLs only; remove it for %s", gs.Spec.SecretRef.Name, gs.Spec.URL)
 	}
+	name := gs.Namespace + "/" + gs.Spec.SecretRef.Name
 	sec, err := client.CoreV1().Secrets(gs.Namespace).Get(ctx, gs.Spec.SecretRef.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("Secret %s/%s named by spec.secretRef does not exist: create it", gs.Namespace, gs.Spec.SecretRef.Name)
+		return r, fmt.Errorf("Secret %s named by spec.secretRef does not exist: create it", name)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read Secret %s/%s named by spec.secretRef: %w", gs.Namespace, gs.Spec.SecretRef.Name, err)
+		return r, fmt.Errorf("read Secret %s named by spec.secretRef: %w", name, err)
 	}
 	if isSSH {
-		return sshAuth(ep, gs.Namespace+"/"+gs.Spec.SecretRef.Name, sec.Data)
+		r.Auth, err = sshAuth(ep, name, sec.Data)
+		return r, err
 	}
-	user := string(sec.Data["username"])
+	if ca := sec.Data[CAKey]; len(ca) > 0 {
+		if pool := x509.NewCertPool(); !pool.AppendCertsFromPEM(ca) {
+			return r, fmt.Errorf("Secret %s key %s: no PEM certificate in it: give the CA certificates the server's certificate chains to", name, CAKey)
+		}
+		r.CABundle = ca
+	}
+	user, pass := string(sec.Data["username"]), string(sec.Data["password"])
+	if user == "" && pass == "" {
+		return r, nil // only a CA bundle: anonymous
+	}
 	if user == "" {
 		user = "git" // token-only: any non-empty user name works with GitHub/GitLab/Gitea
 	}
-	return &githttp.BasicAuth{Username: user, Password: string(sec.Data["password"])}, nil
+	r.Auth = &githttp.BasicAuth{Username: user, Password: pass}
+	return r, nil
 }
+
+// CAKey is the key of a spec.secretRef Secret holding the CA bundle of an https server.
+const CAKey = "ca.crt"
 
 // fetchHint says what to change when a fetch failed for a reason only a human can fix.
 func fetchHint(gs *v1alpha1.GitSource, err error) string {
@@ -790,58 +906,4 @@ func (c *Controller) writeStatus(ctx context.Context, gs *v1alpha1.GitSource, st
 		return fmt.Errorf("update status of %s/%s: %w", gs.Namespace, gs.Name, err)
 	}
 	return nil
-}
-
-// EnsureRootSource creates or updates GitSource kube-system/root to follow url at ref (a
-// branch, "tags/<tag>", or a 40-digit commit; empty: main) and path.
-func EnsureRootSource(ctx context.Context, client dynamic.Interface, url, ref, path string) error {
-	spec := v1alpha1.GitSourceSpec{URL: url, Path: path, Ref: parseRef(ref)}
-	res := client.Resource(GitSourceResource).Namespace("kube-system")
-	live, err := res.Get(ctx, "root", metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		gs := &v1alpha1.GitSource{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "root"}, Spec: spec}
-		gs.APIVersion, gs.Kind = v1alpha1.SchemeGroupVersion.String(), "GitSource"
-		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(gs)
-		if err != nil {
-			return err
-		}
-		if _, err := res.Create(ctx, &unstructured.Unstructured{Object: m}, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create GitSource kube-system/root: %w", err)
-		}
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("get GitSource kube-system/root: %w", err)
-	}
-	var gs v1alpha1.GitSource
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(live.Object, &gs); err != nil {
-		return err
-	}
-	if gs.Spec.URL == spec.URL && gs.Spec.Path == spec.Path && apiequality.Semantic.DeepEqual(gs.Spec.Ref, spec.Ref) {
-		return nil
-	}
-	gs.Spec.URL, gs.Spec.Path, gs.Spec.Ref = spec.URL, spec.Path, spec.Ref
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&gs)
-	if err != nil {
-		return err
-	}
-	if _, err := res.Update(ctx, &unstructured.Unstructured{Object: m}, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("update GitSource kube-system/root: %w", err)
-	}
-	return nil
-}
-
-func parseRef(ref string) *v1alpha1.GitRef {
-	switch {
-	case ref == "":
-		return &v1alpha1.GitRef{Branch: v1alpha1.DefaultBranch}
-	case commitRE.MatchString(ref):
-		return &v1alpha1.GitRef{Commit: ref}
-	case strings.HasPrefix(ref, "tags/"):
-		return &v1alpha1.GitRef{Tag: strings.TrimPrefix(ref, "tags/")}
-	case strings.HasPrefix(ref, "refs/tags/"):
-		return &v1alpha1.GitRef{Tag: strings.TrimPrefix(ref, "refs/tags/")}
-	default:
-		return &v1alpha1.GitRef{Branch: strings.TrimPrefix(ref, "refs/heads/")}
-	}
 }

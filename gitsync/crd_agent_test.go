@@ -15,12 +15,17 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 )
 
+// sourceObject is GitSource default/name with spec.
+func sourceObject(name string, spec map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "flotilla.dev/v1alpha1", "kind": "GitSource",
+		"metadata": map[string]any{"name": name, "namespace": "default"}, "spec": spec}}
+}
+
+// createSource creates GitSource default/apps with spec.
 func (e *env) createSource(spec map[string]any) {
 	e.t.Helper()
-	gs := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "flotilla.dev/v1alpha1", "kind": "GitSource",
-		"metadata": map[string]any{"name": "apps", "namespace": "default"}, "spec": spec}}
-	if _, err := e.cctx.Dynamic.Resource(GitSourceResource).Namespace("default").Create(context.Background(), gs, metav1.CreateOptions{}); err != nil {
+	if _, err := e.cctx.Dynamic.Resource(GitSourceResource).Namespace("default").Create(context.Background(), sourceObject("apps", spec), metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }

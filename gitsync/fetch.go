@@ -12,11 +12,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"syscall"
+	"time"
 
+	"github.com/Masterminds/semver/v3"
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -57,30 +60,153 @@ func refName(ref *v1alpha1.GitRef) (string, plumbing.ReferenceName) {
 	}
 }
 
-// Fetch brings dir (a cache kept between calls for one source) to the commit ref points to
-// at url: only that ref, at depth 1 for a branch or tag. A cache that cannot be updated is
-// thrown away and cloned again.
-func Fetch(ctx context.Context, dir, url string, ref *v1alpha1.GitRef, auth transport.AuthMethod) (*Checkout, error) {
+// Remote is where a source fetches from, and how.
+type Remote struct {
+	// URL of the repository (spec.url).
+	URL string
+	// Ref to fetch (spec.ref; nil: the default branch).
+	Ref *v1alpha1.GitRef
+	// Auth authenticates to the server (nil: anonymous).
+	Auth transport.AuthMethod
+	// CABundle holds the PEM CA certificates an https server's certificate must chain to
+	// (nil: the host's trusted roots).
+	CABundle []byte
+	// Insecure allows http:// and git:// URLs (spec.insecure).
+	Insecure bool
+}
+
+// Fetch brings dir (a cache kept between calls for one source) to the commit r.Ref points to
+// at r.URL: only that ref, at depth 1 for a branch or tag. A cache that cannot be updated is
+// thrown away and cloned again. The fetch is bounded by lim.FetchTimeout and the cache by
+// lim.MaxRepoSize (checked while the objects arrive): past either the fetch stops, the
+// cache is removed and the error is a *LimitError.
+func Fetch(ctx context.Context, dir string, r Remote, lim Limits) (*Checkout, error) {
+	lim = lim.WithDefaults()
+	if err := CheckTransport(r.URL, r.Insecure, r.Auth != nil); err != nil {
+		return nil, err
+	}
 	// The leader's controller and the warm-clone runner may share a cache directory.
 	unlock, err := lockDir(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	co, err := fetchInto(ctx, dir, url, ref, auth)
+	co, err := fetchBounded(ctx, dir, r, lim)
 	if err == nil {
 		return co, nil
 	}
-	if ctx.Err() != nil {
+	var le *LimitError
+	if ctx.Err() != nil || errors.As(err, &le) {
+		if le != nil {
+			// What was fetched is over a limit: keep nothing of it on disk.
+			err = errors.Join(err, os.RemoveAll(dir))
+		}
 		return nil, err
 	}
 	if rmErr := os.RemoveAll(dir); rmErr != nil {
 		return nil, errors.Join(err, rmErr)
 	}
-	return fetchInto(ctx, dir, url, ref, auth)
+	return fetchBounded(ctx, dir, r, lim)
 }
 
-func fetchInto(ctx context.Context, dir, url string, ref *v1alpha1.GitRef, auth transport.AuthMethod) (*Checkout, error) {
+// fetchBounded is fetchInto under lim's fetch timeout, with the size of dir watched while
+// it runs.
+func fetchBounded(ctx context.Context, dir string, r Remote, lim Limits) (*Checkout, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, lim.FetchTimeout, &LimitError{Flag: "--git-fetch-timeout",
+		What: "the fetch of " + r.URL + " did not finish in time", Limit: lim.FetchTimeout.String()})
+	defer cancel()
+	over := make(chan int64, 1)
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if n := dirSize(dir); n > lim.MaxRepoSize {
+					over <- n
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	co, err := fetchInto(ctx, dir, r)
+	close(stop)
+	<-watched
+	n := dirSize(dir)
+	select {
+	case n = <-over:
+	default:
+	}
+	if n > lim.MaxRepoSize {
+		return nil, &LimitError{Flag: "--git-max-repo-size", Limit: FormatBytes(lim.MaxRepoSize),
+			What: fmt.Sprintf("the repository at %s takes more than %s on disk", r.URL, FormatBytes(n))}
+	}
+	if err != nil {
+		var le *LimitError
+		if cause := context.Cause(ctx); errors.As(cause, &le) {
+			return nil, le
+		}
+		return nil, err
+	}
+	return co, nil
+}
+
+// dirSize is the size of the regular files under dir (0 when it cannot be read).
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// CheckTransport refuses what would fetch in the clear without spec.insecure, and
+// credentials over a transport without TLS in any case. Errors say what to change.
+func CheckTransport(url string, insecure, credentials bool) error {
+	ep, err := transport.NewEndpoint(url)
+	if err != nil {
+		return fmt.Errorf("spec.url %q: %w", url, err)
+	}
+	switch ep.Protocol {
+	case "https", "ssh", "file":
+		return nil
+	case "http", "git":
+		if credentials {
+			return fmt.Errorf("spec.url %s: credentials are never sent over %s:// (in the clear): use https:// or ssh://", url, ep.Protocol)
+		}
+		if !insecure {
+			return fmt.Errorf("spec.url %s: %s:// fetches in the clear, so a network attacker can change what is applied: use https:// or ssh://, or set spec.insecure: true to accept it", url, ep.Protocol)
+		}
+		return nil
+	}
+	return fmt.Errorf("spec.url %s: scheme %s:// is not supported: use https://, ssh:// (or user@host:path) or file://", url, ep.Protocol)
+}
+
+// InsecureTransport returns the scheme of url when it fetches without TLS (http, git), "".
+func InsecureTransport(url string) string {
+	ep, err := transport.NewEndpoint(url)
+	if err != nil || (ep.Protocol != "http" && ep.Protocol != "git") {
+		return ""
+	}
+	return ep.Protocol
+}
+
+func fetchInto(ctx context.Context, dir string, r Remote) (*Checkout, error) {
+	url, ref, auth := r.URL, r.Ref, r.Auth
 	repo, err := git.PlainOpen(dir)
 	if errors.Is(err, git.ErrRepositoryNotExists) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -101,8 +227,15 @@ func fetchInto(ctx context.Context, dir, url string, ref *v1alpha1.GitRef, auth 
 		return nil, fmt.Errorf("remote: %w", err)
 	}
 
+	if ref != nil && ref.Semver != "" {
+		tag, err := resolveSemver(ctx, repo, r)
+		if err != nil {
+			return nil, err
+		}
+		ref = &v1alpha1.GitRef{Tag: tag}
+	}
 	name, full := refName(ref)
-	opts := &git.FetchOptions{RemoteName: "origin", Auth: auth, Tags: git.NoTags, Force: true}
+	opts := &git.FetchOptions{RemoteName: "origin", Auth: auth, Tags: git.NoTags, Force: true, CABundle: r.CABundle}
 	if full != "" {
 		// Into a local ref of our own so a tag and a branch of the same name cannot collide.
 		opts.RefSpecs = []config.RefSpec{config.RefSpec("+" + full + ":refs/flotilla/want")}
@@ -198,4 +331,40 @@ func lockDir(dir string) (func(), error) {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	}, nil
+}
+
+// resolveSemver lists the remote's tags and returns the one of the highest version in
+// r.Ref.Semver (tags read as versions with or without a leading "v").
+func resolveSemver(ctx context.Context, repo *git.Repository, r Remote) (string, error) {
+	c, err := semver.NewConstraint(r.Ref.Semver)
+	if err != nil {
+		return "", fmt.Errorf("spec.ref.semver %q is not a version range: %w", r.Ref.Semver, err)
+	}
+	remote, err := repo.Remote("origin")
+	if err != nil {
+		return "", fmt.Errorf("remote: %w", err)
+	}
+	refs, err := remote.ListContext(ctx, &git.ListOptions{Auth: r.Auth, CABundle: r.CABundle})
+	if err != nil {
+		return "", fmt.Errorf("list the tags of %s: %w", r.URL, err)
+	}
+	var best *semver.Version
+	var tag string
+	for _, ref := range refs {
+		if !ref.Name().IsTag() {
+			continue
+		}
+		name := ref.Name().Short()
+		v, err := semver.NewVersion(name)
+		if err != nil || !c.Check(v) {
+			continue
+		}
+		if best == nil || v.GreaterThan(best) {
+			best, tag = v, name
+		}
+	}
+	if best == nil {
+		return "", fmt.Errorf("no tag of %s is a version in spec.ref.semver %q: push such a tag or change the range", r.URL, r.Ref.Semver)
+	}
+	return tag, nil
 }

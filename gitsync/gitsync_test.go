@@ -138,7 +138,7 @@ type env struct {
 
 func start(t *testing.T) *env {
 	t.Helper()
-	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers="}})
+	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers=", "--git-min-interval=1s"}})
 	cctx, err := controllers.NewContext(a.RESTConfig())
 	if err != nil {
 		t.Fatal(err)

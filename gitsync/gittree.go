@@ -1,6 +1,7 @@
 package gitsync
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"path"
@@ -24,8 +25,10 @@ const (
 // copies a work tree: regular and executable files at their paths, a symbolic link as the
 // file it leads to when that is a file of the same tree (links that leave the repository,
 // dangle or lead to a directory are left out, as are submodules). Entries named .git are
-// left out: git never checks them out. Every other name is kept as git stores it.
-func copyCommit(repoDir, commit string, mem *memFS) error {
+// left out: git never checks them out. Every other name is kept as git stores it. A blob
+// larger than maxFile is not read: its size is read first, and it is recorded as refused
+// (see memFS.writeRefused). Past ctx's end the copy stops with its cause.
+func copyCommit(ctx context.Context, repoDir, commit string, mem *memFS, maxFile int64) error {
 	repo, err := git.PlainOpen(repoDir)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", repoDir, err)
@@ -39,7 +42,8 @@ func copyCommit(repoDir, commit string, mem *memFS) error {
 		return fmt.Errorf("commit %s: %w", commit, err)
 	}
 	links := map[string]string{}
-	if err := copyGitTree(repo.Storer, tree, "/", 0, mem, links); err != nil {
+	g := &gitTreeCopy{ctx: ctx, s: repo.Storer, mem: mem, links: links, maxFile: maxFile}
+	if err := g.tree(tree, "/", 0); err != nil {
 		return err
 	}
 	for p := range links {
@@ -47,27 +51,34 @@ func copyCommit(repoDir, commit string, mem *memFS) error {
 		if target == "" {
 			continue
 		}
-		b, err := mem.ReadFile(target)
-		if err != nil {
-			return err
-		}
-		if err := mem.WriteFile(p, b); err != nil {
+		if err := mem.copyFile(target, p); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// copyGitTree copies tree (at dir in the repository) into mem and records its symbolic
-// links (path -> target) in links.
-func copyGitTree(s storer.EncodedObjectStorer, tree *object.Tree, dir string, depth int, mem *memFS, links map[string]string) error {
+// gitTreeCopy is one copyCommit: links records the symbolic links (path -> target).
+type gitTreeCopy struct {
+	ctx     context.Context
+	s       storer.EncodedObjectStorer
+	mem     *memFS
+	links   map[string]string
+	maxFile int64
+}
+
+// tree copies tree (at dir in the repository) into mem and records its symbolic links.
+func (g *gitTreeCopy) tree(tree *object.Tree, dir string, depth int) error {
 	if depth > maxTreeDepth {
 		return fmt.Errorf("%s: directories nested more than %d deep", dir, maxTreeDepth)
 	}
-	if err := mem.MkdirAll(dir); err != nil {
+	if err := g.mem.MkdirAll(dir); err != nil {
 		return err
 	}
 	for _, e := range tree.Entries {
+		if g.ctx.Err() != nil {
+			return context.Cause(g.ctx)
+		}
 		// Tree entries are single names; git itself refuses these when it checks out.
 		if e.Name == "" || e.Name == "." || e.Name == ".." || strings.ContainsAny(e.Name, "/\x00") {
 			return fmt.Errorf("%s: invalid name %q in the repository's tree", dir, e.Name)
@@ -78,29 +89,57 @@ func copyGitTree(s storer.EncodedObjectStorer, tree *object.Tree, dir string, de
 		p := path.Join(dir, e.Name)
 		switch e.Mode {
 		case filemode.Dir:
-			sub, err := object.GetTree(s, e.Hash)
+			sub, err := object.GetTree(g.s, e.Hash)
 			if err != nil {
 				return fmt.Errorf("%s: %w", strings.TrimPrefix(p, "/"), err)
 			}
-			if err := copyGitTree(s, sub, p, depth+1, mem, links); err != nil {
+			if err := g.tree(sub, p, depth+1); err != nil {
 				return err
 			}
 		case filemode.Regular, filemode.Executable, filemode.Deprecated, filemode.Symlink:
-			b, err := readBlob(s, e.Hash)
+			size, err := blobSize(g.s, e.Hash)
+			if err != nil {
+				return fmt.Errorf("%s: %w", strings.TrimPrefix(p, "/"), err)
+			}
+			if size > g.maxFile {
+				if e.Mode == filemode.Symlink {
+					continue // no target path is that long: as a dangling link
+				}
+				if err := g.mem.writeRefused(p, size, fileTooLarge(p, size, g.maxFile)); err != nil {
+					return err
+				}
+				continue
+			}
+			b, err := readBlob(g.s, e.Hash)
 			if err != nil {
 				return fmt.Errorf("%s: %w", strings.TrimPrefix(p, "/"), err)
 			}
 			if e.Mode == filemode.Symlink {
-				links[p] = string(b)
+				g.links[p] = string(b)
 				continue
 			}
-			if err := mem.WriteFile(p, b); err != nil {
+			if err := g.mem.WriteFile(p, b); err != nil {
 				return err
 			}
 		}
 		// filemode.Submodule: another repository's commit, not part of this one.
 	}
 	return nil
+}
+
+// blobSize is the size of the blob h, read from the object's header (git's object store
+// answers without inflating the object).
+func blobSize(s storer.EncodedObjectStorer, h plumbing.Hash) (int64, error) {
+	if sz, ok := s.(interface {
+		EncodedObjectSize(plumbing.Hash) (int64, error)
+	}); ok {
+		return sz.EncodedObjectSize(h)
+	}
+	blob, err := object.GetBlob(s, h)
+	if err != nil {
+		return 0, err
+	}
+	return blob.Size, nil
 }
 
 func readBlob(s storer.EncodedObjectStorer, h plumbing.Hash) ([]byte, error) {

@@ -21,7 +21,15 @@ import (
 // other than "." and "..". Otherwise it behaves as kyaml's: paths are absolute from "/" (a
 // leading "/" is optional), ".." cannot climb above the root, Walk and ReadDir go in
 // lexical order, and Glob leaves out hidden files unless the pattern names them.
-type memFS struct{ root *memNode }
+//
+// While a render runs, bounds (see renderBounds) limit the reads: past the render's deadline,
+// or once more bytes were read than its budget allows, every read fails with the limit's
+// error. A file too large to copy (see writeRefused) is in the tree with its size but
+// without content: reading it fails with the LimitError that refused it.
+type memFS struct {
+	root   *memNode
+	bounds *renderBounds
+}
 
 var _ filesys.FileSystem = (*memFS)(nil)
 
@@ -32,6 +40,10 @@ type memNode struct {
 	// children is nil for a file.
 	children map[string]*memNode
 	content  []byte
+	// refused is set for a file that was too large to copy: content is empty, size is the
+	// file's size, and reading it fails with refused.
+	refused *LimitError
+	size    int64
 }
 
 func newMemFS() *memFS {
@@ -141,7 +153,59 @@ func (m *memFS) writeNode(p string, data []byte) (*memNode, error) {
 		return nil, fmt.Errorf("cannot write '%s': it is a directory", n.path)
 	}
 	n.content = append([]byte(nil), data...)
+	n.refused, n.size = nil, 0
 	return n, nil
+}
+
+// writeRefused records the file p (size bytes) without its content: reading it fails with
+// err. A render that never reads the file is not affected by it.
+func (m *memFS) writeRefused(p string, size int64, err *LimitError) error {
+	n, werr := m.writeNode(p, nil)
+	if werr != nil {
+		return werr
+	}
+	n.refused, n.size = err, size
+	return nil
+}
+
+// copyFile makes dst a copy of the file src, refused or not.
+func (m *memFS) copyFile(src, dst string) error {
+	s, err := m.existing(src)
+	if err != nil {
+		return err
+	}
+	if s.isDir() {
+		return fmt.Errorf("cannot copy directory '%s'", s.path)
+	}
+	n, err := m.writeNode(dst, s.content)
+	if err != nil {
+		return err
+	}
+	n.refused, n.size = s.refused, s.size
+	return nil
+}
+
+// contentSize is the number of bytes of the files' content (refused files not counted).
+func (m *memFS) contentSize() int64 {
+	var total int64
+	_ = m.root.walk(func(_ string, info os.FileInfo, _ error) error {
+		if i := info.(memInfo); !i.n.isDir() {
+			total += int64(len(i.n.content))
+		}
+		return nil
+	})
+	return total
+}
+
+// read is the content of the file n, counted against the bounds.
+func (m *memFS) read(n *memNode) ([]byte, error) {
+	if n.refused != nil {
+		return nil, m.bounds.fail(n.refused)
+	}
+	if err := m.bounds.charge(len(n.content)); err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), n.content...), nil
 }
 
 // Create makes an empty file, open for writing.
@@ -150,7 +214,7 @@ func (m *memFS) Create(p string) (filesys.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &memFile{node: n}, nil
+	return &memFile{fs: m, node: n}, nil
 }
 
 // Mkdir creates a directory (and, as kyaml's in-memory file system does, its parents).
@@ -177,11 +241,18 @@ func (m *memFS) RemoveAll(p string) error {
 
 // Open opens p for reading and writing at offset 0.
 func (m *memFS) Open(p string) (filesys.File, error) {
+	if err := m.bounds.check(); err != nil {
+		return nil, err
+	}
 	n, err := m.existing(p)
 	if err != nil {
 		return nil, err
 	}
-	return &memFile{node: n}, nil
+	if n.refused != nil {
+		_, err := m.read(n)
+		return nil, err
+	}
+	return &memFile{fs: m, node: n}, nil
 }
 
 // IsDir reports whether p is a directory.
@@ -192,6 +263,9 @@ func (m *memFS) IsDir(p string) bool {
 
 // ReadDir lists the names in directory p, sorted.
 func (m *memFS) ReadDir(p string) ([]string, error) {
+	if err := m.bounds.check(); err != nil {
+		return nil, err
+	}
 	n, err := m.existing(p)
 	if err != nil {
 		return nil, err
@@ -213,6 +287,9 @@ func (n *memNode) sortedNames() []string {
 
 // CleanedAbs returns p's directory (p itself when it is one) and file name.
 func (m *memFS) CleanedAbs(p string) (filesys.ConfirmedDir, string, error) {
+	if err := m.bounds.check(); err != nil {
+		return "", "", err
+	}
 	n, err := m.find(p)
 	if err != nil {
 		return "", "", fmt.Errorf("unable to clean: %w", err)
@@ -235,6 +312,9 @@ func (m *memFS) Exists(p string) bool {
 // Glob returns the files whose absolute path matches pattern (filepath.Match), sorted;
 // hidden files only when the pattern names hidden files.
 func (m *memFS) Glob(pattern string) ([]string, error) {
+	if err := m.bounds.check(); err != nil {
+		return nil, err
+	}
 	var all []string
 	err := m.root.walk(func(p string, info os.FileInfo, err error) error {
 		if err != nil || info.IsDir() {
@@ -258,6 +338,9 @@ func (m *memFS) Glob(pattern string) ([]string, error) {
 
 // ReadFile returns a copy of the file's content.
 func (m *memFS) ReadFile(p string) ([]byte, error) {
+	if err := m.bounds.check(); err != nil {
+		return nil, err
+	}
 	n, err := m.existing(p)
 	if err != nil {
 		return nil, err
@@ -265,7 +348,7 @@ func (m *memFS) ReadFile(p string) ([]byte, error) {
 	if n.isDir() {
 		return nil, fmt.Errorf("cannot read content from non-file '%s'", n.path)
 	}
-	return append([]byte(nil), n.content...), nil
+	return m.read(n)
 }
 
 // WriteFile creates or overwrites a file, creating its parent directories.
@@ -276,6 +359,9 @@ func (m *memFS) WriteFile(p string, data []byte) error {
 
 // Walk visits p and everything under it in lexical order, as filepath.Walk does.
 func (m *memFS) Walk(p string, fn filepath.WalkFunc) error {
+	if err := m.bounds.check(); err != nil {
+		return err
+	}
 	n, err := m.existing(p)
 	if err != nil {
 		return err
@@ -305,6 +391,7 @@ func (n *memNode) walk(fn filepath.WalkFunc) error {
 
 // memFile is an open file (or directory) of a memFS.
 type memFile struct {
+	fs     *memFS
 	node   *memNode
 	off    int
 	closed bool
@@ -319,7 +406,14 @@ func (f *memFile) Read(b []byte) (int, error) {
 	case f.off >= len(f.node.content):
 		return 0, io.EOF
 	}
-	n := copy(b, f.node.content[f.off:])
+	if err := f.fs.bounds.check(); err != nil {
+		return 0, err
+	}
+	n := min(len(b), len(f.node.content)-f.off)
+	if err := f.fs.bounds.charge(n); err != nil {
+		return 0, err
+	}
+	n = copy(b, f.node.content[f.off:])
 	f.off += n
 	return n, nil
 }
@@ -333,6 +427,7 @@ func (f *memFile) Write(b []byte) (int, error) {
 		return 0, fmt.Errorf("cannot write content to non-file '%s'", f.node.path)
 	}
 	f.node.content = append(f.node.content[:f.off], b...)
+	f.node.refused, f.node.size = nil, 0
 	f.off = len(f.node.content)
 	return len(b), nil
 }
@@ -354,6 +449,9 @@ func (i memInfo) Name() string { return i.n.name() }
 func (i memInfo) Size() int64 {
 	if i.n.isDir() {
 		return int64(len(i.n.children))
+	}
+	if i.n.refused != nil {
+		return i.n.size
 	}
 	return int64(len(i.n.content))
 }

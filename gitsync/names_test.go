@@ -209,9 +209,11 @@ func TestRenderNamesGitAccepts(t *testing.T) {
 	commit := commitFiles(t, src, namesFiles, namesLinks)
 
 	t.Run("commit", func(t *testing.T) {
-		objs, err := RenderCommit(src, commit, "")
+		objs, err := RenderCommit(context.Background(), src, commit, "", Limits{})
 		checkNames(t, "RenderCommit", objs, err)
-		checkPlainDir(t, "RenderCommit", func(dir string) ([]Object, error) { return RenderCommit(src, commit, dir) })
+		checkPlainDir(t, "RenderCommit", func(dir string) ([]Object, error) {
+			return RenderCommit(context.Background(), src, commit, dir, Limits{})
+		})
 	})
 
 	t.Run("fetched", func(t *testing.T) {
@@ -229,7 +231,7 @@ func TestRenderNamesGitAccepts(t *testing.T) {
 		if _, err := git.PlainInit(cache, false); err != nil {
 			t.Fatal(err)
 		}
-		co, err := Fetch(context.Background(), cache, "file://"+src, &v1alpha1.GitRef{Branch: "main"}, nil)
+		co, err := Fetch(context.Background(), cache, Remote{URL: "file://" + src, Ref: &v1alpha1.GitRef{Branch: "main"}}, Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -250,7 +252,7 @@ func TestRenderNamesGitAccepts(t *testing.T) {
 		if h, err := repo.Head(); err != nil || h.Hash().String() != commit {
 			t.Fatalf("cache HEAD = %v (%v), want %s", h, err, commit)
 		}
-		objs, err := RenderCommit(co.Dir, co.Commit, "")
+		objs, err := RenderCommit(context.Background(), co.Dir, co.Commit, "", Limits{})
 		checkNames(t, "RenderCommit of the fetched cache", objs, err)
 	})
 
@@ -267,11 +269,11 @@ func TestRenderNamesGitAccepts(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		objs, err := Render(root, "")
+		objs, err := Render(context.Background(), root, "", Limits{})
 		checkNames(t, "Render", objs, err)
-		checkPlainDir(t, "Render", func(dir string) ([]Object, error) { return Render(root, dir) })
+		checkPlainDir(t, "Render", func(dir string) ([]Object, error) { return Render(context.Background(), root, dir, Limits{}) })
 
-		p, err := PlanOffline(root, "")
+		p, err := PlanOffline(root, "", Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}

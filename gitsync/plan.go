@@ -124,6 +124,8 @@ type PlanOptions struct {
 	Path string
 	// Source is the GitSource "namespace/name" whose inventory and label the plan uses.
 	Source string
+	// Limits bound the render as gitsync's (zero fields: the defaults).
+	Limits Limits
 }
 
 // DefaultPlanSource is the agent's bootstrap GitSource.
@@ -137,9 +139,10 @@ const DefaultPlanSource = "kube-system/root"
 // CustomResourceDefinitions and the custom resources they define are checked by CRDCheck,
 // and every other object by apiserver.ValidateOffline (strict decoding, defaulting, the
 // API's validation). Invalid items name the field, in the words of the online plan. What
-// depends on the site is not checked (see ValidateOffline).
-func PlanOffline(root, dir string) (*Plan, error) {
-	objs, err := Render(root, dir)
+// depends on the site is not checked (see ValidateOffline). lim bounds the render as
+// gitsync's (see Render).
+func PlanOffline(root, dir string, lim Limits) (*Plan, error) {
+	objs, err := Render(context.Background(), root, dir, lim)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +226,7 @@ func (a *Applier) Plan(ctx context.Context, opts PlanOptions) (*Plan, error) {
 	}
 	p.Path = planCleanPath(path)
 
-	objs, err := Render(opts.RepoDir, path)
+	objs, err := Render(ctx, opts.RepoDir, path, opts.Limits)
 	if err != nil {
 		return nil, err
 	}

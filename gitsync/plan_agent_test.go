@@ -101,7 +101,7 @@ func TestPlanAgainstAgent(t *testing.T) {
 	t.Log("revision 1 applied as gitsync applies it; GitSource kube-system/root records the inventory")
 	planWriteTree(t, repo, map[string]string{"app/ns.yaml": planNS, "app/deploy.yaml": planDeploy, "app/svc.yaml": planSvc,
 		"app/cfg.yaml": planCfg, "app/old.yaml": planOld, "app/keep.yaml": planKeep, "README.md": "not rendered\n"})
-	objs, err := Render(repo, "app")
+	objs, err := Render(context.Background(), repo, "app", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,17 +1,20 @@
 package gitsync
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/api/konfig"
-	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resource"
 	kustypes "sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
@@ -28,35 +31,53 @@ const localConfigAnnotation = "config.kubernetes.io/local-config"
 
 // Render builds the objects at dir (a directory inside the work tree root) with kustomize.
 // Only files inside root are visible (the tree is copied into memory, under every name git
-// accepts; symlinks that leave the repository are dropped), and every resource, base or
-// component must be a path in the repository: remote bases are refused. A directory without a kustomization renders its
-// .yaml/.yml files. Objects annotated config.kubernetes.io/local-config: "true" are dropped.
-func Render(root, dir string) ([]Object, error) {
+// accepts; symlinks that leave the repository are dropped), and kustomize reaches nothing
+// else: every name a kustomization the build reaches gives (resources, bases, components,
+// patches, generator files, plugin configurations, ...) must be a file or directory of the
+// repository, so URLs and remote git bases are refused, as are helm charts and every plugin
+// but kustomize's builtin ones (see checkLocal). A directory without a kustomization renders
+// its .yaml/.yml files. Objects annotated config.kubernetes.io/local-config: "true" are
+// dropped.
+//
+// lim bounds the render (zero fields: the defaults): a file larger than lim.MaxObjectSize
+// is not read (a render that needs it fails), nor is a rendered object larger than it as
+// JSON accepted; the render fails past lim.RenderTimeout, when it reads more than its read
+// budget (see renderReadFactor) or when it makes more than lim.MaxObjects objects. Those
+// errors are a *LimitError (errors.As finds it).
+func Render(ctx context.Context, root, dir string, lim Limits) ([]Object, error) {
+	lim = lim.WithDefaults()
+	ctx, cancel := renderContext(ctx, dir, lim)
+	defer cancel()
 	root, err := filepath.Abs(root)
 	if err != nil {
 		return nil, err
 	}
 	mem := newMemFS()
-	if err := copyTree(root, mem); err != nil {
+	if err := copyTree(ctx, root, mem, lim.MaxObjectSize); err != nil {
 		return nil, fmt.Errorf("read repository: %w", err)
 	}
-	return renderTree(mem, dir)
+	return renderTree(ctx, mem, dir, lim)
 }
 
 // RenderCommit is Render for a commit of the git repository at repoDir (a cache Fetch
 // filled): the commit's tree is read from git's object store, names, content and symbolic
 // links exactly as git stores them, so no work tree is needed and a name the host's file
 // system or a checkout would refuse is read as any other.
-func RenderCommit(repoDir, commit, dir string) ([]Object, error) {
+func RenderCommit(ctx context.Context, repoDir, commit, dir string, lim Limits) ([]Object, error) {
+	lim = lim.WithDefaults()
+	ctx, cancel := renderContext(ctx, dir, lim)
+	defer cancel()
 	mem := newMemFS()
-	if err := copyCommit(repoDir, commit, mem); err != nil {
+	if err := copyCommit(ctx, repoDir, commit, mem, lim.MaxObjectSize); err != nil {
 		return nil, fmt.Errorf("read repository: %w", err)
 	}
-	return renderTree(mem, dir)
+	return renderTree(ctx, mem, dir, lim)
 }
 
-// renderTree renders dir of the repository copied into mem (see Render).
-func renderTree(mem *memFS, dir string) ([]Object, error) {
+// renderTree renders dir of the repository copied into mem (see Render), within ctx.
+func renderTree(ctx context.Context, mem *memFS, dir string, lim Limits) ([]Object, error) {
+	// From here on every read counts (ours included).
+	mem.bounds = newRenderBounds(ctx, dir, mem.contentSize(), lim)
 	rel := path.Clean("/" + filepath.ToSlash(dir))
 	if !mem.IsDir(rel) {
 		return nil, fmt.Errorf("path %s: not a directory in the repository", strings.TrimPrefix(rel, "/"))
@@ -80,9 +101,6 @@ func renderTree(mem *memFS, dir string) ([]Object, error) {
 		if err := yaml.Unmarshal(b, &k); err != nil {
 			return nil, fmt.Errorf("%s: %w", strings.TrimPrefix(kfile, "/"), err)
 		}
-		if err := checkLocal(mem, rel, map[string]bool{}); err != nil {
-			return nil, err
-		}
 	}
 	// Origin annotations give each object its file; removed again below.
 	if !slices.Contains(k.BuildMetadata, kustypes.OriginAnnotations) {
@@ -98,17 +116,31 @@ func renderTree(mem *memFS, dir string) ([]Object, error) {
 	if err := mem.WriteFile(kfile, b); err != nil {
 		return nil, err
 	}
+	// What kustomize will read: the kustomization as written above, and what it reaches.
+	if err := checkLocal(mem, rel); err != nil {
+		return nil, err
+	}
 
-	opts := krusty.MakeDefaultOptions()
-	// Bases elsewhere in the repository (../base) are allowed; the in-memory tree holds
-	// nothing else to escape to.
-	opts.LoadRestrictions = kustypes.LoadRestrictionsNone
-	m, err := krusty.MakeKustomizer(opts).Run(mem, rel)
+	m, err := runKustomize(ctx, mem, rel)
 	if err != nil {
 		return nil, fmt.Errorf("kustomize build %s: %w", "."+rel, err)
 	}
+	// Local configuration is dropped below: only the objects gitsync would apply count.
+	n := 0
+	for _, r := range m.Resources() {
+		if r.GetAnnotations()[localConfigAnnotation] != "true" {
+			n++
+		}
+	}
+	if n > lim.MaxObjects {
+		return nil, &LimitError{Flag: "--git-max-objects", What: fmt.Sprintf("path %s renders %d objects", renderName(dir), n),
+			Limit: strconv.Itoa(lim.MaxObjects)}
+	}
 	var out []Object
 	for _, r := range m.Resources() {
+		if err := ctx.Err(); err != nil {
+			return nil, context.Cause(ctx)
+		}
 		if r.GetAnnotations()[localConfigAnnotation] == "true" {
 			continue
 		}
@@ -124,6 +156,10 @@ func renderTree(mem *memFS, dir string) ([]Object, error) {
 		if err != nil {
 			return nil, err
 		}
+		if int64(len(b)) > lim.MaxObjectSize {
+			return nil, &LimitError{Flag: "--git-max-object-size", Limit: FormatBytes(lim.MaxObjectSize),
+				What: fmt.Sprintf("%s is %s as JSON", describe(Object{Obj: renderedID(r), File: file}), byteCount(int64(len(b))))}
+		}
 		u := &unstructured.Unstructured{}
 		if err := u.UnmarshalJSON(b); err != nil {
 			return nil, fmt.Errorf("%s: %w", r.CurId(), err)
@@ -136,12 +172,36 @@ func renderTree(mem *memFS, dir string) ([]Object, error) {
 	return out, nil
 }
 
+// renderedID is an object with r's kind, namespace and name (for describe).
+func renderedID(r *resource.Resource) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetKind(r.GetKind())
+	u.SetNamespace(r.GetNamespace())
+	u.SetName(r.GetName())
+	return u
+}
+
+// cleanRel is p relative to the repository root, cleaned ("" for the root).
+func cleanRel(p string) string {
+	return strings.TrimPrefix(path.Clean("/"+filepath.ToSlash(p)), "/")
+}
+
+// fileTooLarge is the error for a file of size bytes over lim (--git-max-object-size).
+func fileTooLarge(p string, size, lim int64) *LimitError {
+	return &LimitError{Flag: "--git-max-object-size", Limit: FormatBytes(lim),
+		What: fmt.Sprintf("file %s is %s", cleanRel(p), byteCount(size))}
+}
+
 // copyTree copies the regular files under root (without .git) into mem at the same
-// relative paths, following symlinks only to files inside root.
-func copyTree(root string, mem filesys.FileSystem) error {
+// relative paths, following symlinks only to files inside root. A file larger than maxFile
+// is not read: it is recorded as refused (see memFS.writeRefused).
+func copyTree(ctx context.Context, root string, mem *memFS, maxFile int64) error {
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
 		}
 		rel, _ := filepath.Rel(root, p)
 		target := "/" + filepath.ToSlash(rel)
@@ -168,12 +228,34 @@ func copyTree(root string, mem filesys.FileSystem) error {
 		} else if !d.Type().IsRegular() {
 			return nil
 		}
-		b, err := os.ReadFile(src)
-		if err != nil {
-			return err
-		}
-		return mem.WriteFile(target, b)
+		return copyFile(src, target, mem, maxFile)
 	})
+}
+
+// copyFile copies the regular file src to target of mem, or records it as refused when it
+// is larger than maxFile (its size read first; it is never read whole).
+func copyFile(src, target string, mem *memFS, maxFile int64) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if st.Size() > maxFile {
+		return mem.writeRefused(target, st.Size(), fileTooLarge(target, st.Size(), maxFile))
+	}
+	// The file may grow after Stat: read no more than the limit allows.
+	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	if err != nil {
+		return err
+	}
+	if int64(len(b)) > maxFile {
+		return mem.writeRefused(target, int64(len(b)), fileTooLarge(target, int64(len(b)), maxFile))
+	}
+	return mem.WriteFile(target, b)
 }
 
 func kustomizationFile(mem filesys.FileSystem, dir string) (string, error) {
@@ -192,6 +274,8 @@ func kustomizationFile(mem filesys.FileSystem, dir string) (string, error) {
 	return found[0], nil
 }
 
+// yamlFiles lists the .yaml and .yml files of dir as resources of a kustomization: "./name",
+// so that no name reads to kustomize as a URL or a git repository.
 func yamlFiles(mem filesys.FileSystem, dir string) ([]string, error) {
 	names, err := mem.ReadDir(dir)
 	if err != nil {
@@ -200,43 +284,9 @@ func yamlFiles(mem filesys.FileSystem, dir string) ([]string, error) {
 	var out []string
 	for _, n := range names {
 		if (strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) && !mem.IsDir(path.Join(dir, n)) {
-			out = append(out, n)
+			out = append(out, "./"+n)
 		}
 	}
 	slices.Sort(out)
 	return out, nil
-}
-
-// checkLocal refuses kustomizations (at dir and in every base they name) whose resources,
-// bases or components are not paths in the repository, so nothing is fetched from a remote.
-func checkLocal(mem filesys.FileSystem, dir string, seen map[string]bool) error {
-	if seen[dir] {
-		return nil
-	}
-	seen[dir] = true
-	kfile, err := kustomizationFile(mem, dir)
-	if err != nil || kfile == "" {
-		return err
-	}
-	b, err := mem.ReadFile(kfile)
-	if err != nil {
-		return err
-	}
-	var k kustypes.Kustomization
-	if err := yaml.Unmarshal(b, &k); err != nil {
-		return fmt.Errorf("%s: %w", strings.TrimPrefix(kfile, "/"), err)
-	}
-	for _, entry := range slices.Concat(k.Resources, k.Bases, k.Components) {
-		p := path.Join(dir, entry)
-		if strings.Contains(entry, "://") || strings.HasPrefix(entry, "git@") || !mem.Exists(p) {
-			return fmt.Errorf("%s: resource %q is not a file or directory in the repository (remote bases are not allowed)",
-				strings.TrimPrefix(kfile, "/"), entry)
-		}
-		if mem.IsDir(p) {
-			if err := checkLocal(mem, p, seen); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }

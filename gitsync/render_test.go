@@ -1,6 +1,7 @@
 package gitsync
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,7 +24,7 @@ func TestRenderPlainDirectory(t *testing.T) {
 	write(t, root, "apps/a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n")
 	write(t, root, "apps/local.yml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: local\n  annotations:\n    config.kubernetes.io/local-config: \"true\"\n")
 	write(t, root, "apps/README.md", "not yaml")
-	objs, err := Render(root, "apps")
+	objs, err := Render(context.Background(), root, "apps", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,11 +45,11 @@ func TestRenderRefusesOutsideAndRemote(t *testing.T) {
 	write(t, outside, "secret.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: stolen\n")
 	root := t.TempDir()
 	write(t, root, "k/kustomization.yaml", "resources:\n- ../../"+filepath.Base(outside)+"/secret.yaml\n")
-	if _, err := Render(root, "k"); err == nil || !strings.Contains(err.Error(), "not a file or directory in the repository") {
+	if _, err := Render(context.Background(), root, "k", Limits{}); err == nil || !strings.Contains(err.Error(), "not a file or directory in the repository") {
 		t.Fatalf("outside path: err = %v", err)
 	}
 	write(t, root, "r/kustomization.yaml", "resources:\n- https://github.com/kubernetes-sigs/kustomize//examples/helloWorld?ref=v1.0.6\n")
-	if _, err := Render(root, "r"); err == nil || !strings.Contains(err.Error(), "remote bases are not allowed") {
+	if _, err := Render(context.Background(), root, "r", Limits{}); err == nil || !strings.Contains(err.Error(), "remote bases are not allowed") {
 		t.Fatalf("remote base: err = %v", err)
 	}
 	if err := os.Symlink(filepath.Join(outside, "secret.yaml"), filepath.Join(root, "s", "link.yaml")); err == nil {
@@ -58,7 +59,7 @@ func TestRenderRefusesOutsideAndRemote(t *testing.T) {
 	if err := os.Symlink(filepath.Join(outside, "secret.yaml"), filepath.Join(root, "s", "link.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	objs, err := Render(root, "s")
+	objs, err := Render(context.Background(), root, "s", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestRenderKustomizationWithBase(t *testing.T) {
 	write(t, root, "base/kustomization.yaml", "resources:\n- cm.yaml\n")
 	write(t, root, "base/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n")
 	write(t, root, "prod/kustomization.yaml", "namespace: prod\nresources:\n- ../base\n")
-	objs, err := Render(root, "prod")
+	objs, err := Render(context.Background(), root, "prod", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

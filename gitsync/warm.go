@@ -25,6 +25,8 @@ type WarmConfig struct {
 	Identity string
 	// Lease is the name of the kube-system Lease whose holder runs the gitsync controller.
 	Lease string
+	// Limits are the controller's (Config.Limits): a warm clone obeys the same.
+	Limits Limits
 	// Tick is how often the sources are looked at (default 5 s); each source is fetched at
 	// most once per its spec.interval.
 	Tick time.Duration
@@ -104,10 +106,10 @@ func (w *warmer) round(ctx context.Context) {
 		w.last[key] = time.Now()
 		log := w.log.WithField("source", gs.Namespace+"."+gs.Name)
 		fctx, cancel := context.WithTimeout(ctx, max(interval, 30*time.Second))
-		auth, err := authFor(fctx, w.kube, &gs)
+		remote, err := remoteFor(fctx, w.kube, &gs)
 		var co *Checkout
 		if err == nil {
-			co, err = Fetch(fctx, filepath.Join(w.cfg.CacheDir, gs.Namespace, gs.Name), gs.Spec.URL, gs.Spec.Ref, auth)
+			co, err = Fetch(fctx, filepath.Join(w.cfg.CacheDir, gs.Namespace, gs.Name), remote, w.cfg.Limits)
 		}
 		cancel()
 		if err != nil {

@@ -32,7 +32,7 @@ func cacheHead(dir string) string {
 func TestWarmClone(t *testing.T) {
 	r := newRepo(t)
 	head := r.commit(map[string]string{"ns.yaml": nsYAML})
-	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers="}})
+	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers=", "--git-min-interval=1s"}})
 	client := a.Client()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -145,7 +145,7 @@ func warningObjects(t *testing.T, files map[string]string) []Object {
 			t.Fatal(err)
 		}
 	}
-	objs, err := Render(dir, "")
+	objs, err := Render(context.Background(), dir, "", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

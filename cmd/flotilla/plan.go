@@ -22,10 +22,12 @@ type planOptions struct {
 	path       string
 	output     string
 	detailed   bool
+	// limits bound the render as the agent's --git-* flags bound gitsync's.
+	limits gitsync.Limits
 }
 
 func newPlanCommand() *cobra.Command {
-	var o planOptions
+	o := planOptions{limits: gitsync.DefaultLimits()}
 	cmd := &cobra.Command{
 		Use:   "plan [REPO_DIR]",
 		Short: "Show what gitsync would create, update and delete if REPO_DIR were the applied revision",
@@ -47,6 +49,12 @@ Custom resources whose CustomResourceDefinition is in the same revision are chec
 that definition as gitsync checks them (OpenAPI schema, defaults, CEL rules), with or
 without --kubeconfig: one that violates it is invalid and the plan names the field; a valid
 one is a create until the server has it.
+
+The render is gitsync's: only files of the repository are read (a URL, a remote base, a helm
+chart or a plugin other than kustomize's builtin ones is an error naming the kustomization
+file and the field), and --git-max-objects, --git-max-object-size and --git-render-timeout
+bound it as they bound the agent's (give the agent's values to see what the site would
+refuse); the other --git-* flags concern fetching and do not apply here.
 
 Exit status: 1 when rendering fails or an object is invalid; with --detailed-exitcode, 2
 when the plan is valid and changes something, 0 when it changes nothing.`,
@@ -73,6 +81,7 @@ when the plan is valid and changes something, 0 when it changes nothing.`,
 	f.StringVar(&o.path, "path", "", "directory in the repository to render (default: the GitSource's spec.path, offline the root)")
 	f.StringVar(&o.output, "output", "text", "output format: text, markdown (for a pull-request comment) or json")
 	f.BoolVar(&o.detailed, "detailed-exitcode", false, "exit 2 when the plan is valid and has changes, 0 when it has none")
+	addGitLimitFlags(f, &o.limits)
 	return cmd
 }
 
@@ -93,13 +102,13 @@ func runPlan(ctx context.Context, o planOptions, repo string, out io.Writer) (in
 		err error
 	)
 	if o.kubeconfig == "" {
-		p, err = gitsync.PlanOffline(repo, o.path)
+		p, err = gitsync.PlanOffline(repo, o.path, o.limits)
 	} else {
 		var a *gitsync.Applier
 		if a, err = planApplier(o.kubeconfig); err != nil {
 			return 1, err
 		}
-		p, err = a.Plan(ctx, gitsync.PlanOptions{RepoDir: repo, Path: o.path, Source: o.source})
+		p, err = a.Plan(ctx, gitsync.PlanOptions{RepoDir: repo, Path: o.path, Source: o.source, Limits: o.limits})
 	}
 	if err != nil {
 		return 1, fmt.Errorf("plan %s: %w", repo, err)

@@ -25,11 +25,14 @@ import (
 )
 
 // startAPI serves the Kubernetes API (with the join endpoint and git push webhooks in front
-// of authentication, as they authenticate themselves), waits until it is ready, writes the
-// admin kubeconfig and publishes the host's URLs in gossip.
+// of authentication, as they authenticate themselves), waits until it is ready, starts the
+// webhook listener (--webhook-port), writes the admin kubeconfig and publishes the host's
+// URLs in gossip.
 func (h *Host) startAPI() error {
 	c := h.cfg
 	joinServer := &etcd.JoinServer{CA: h.ca, Token: h.token, AdminToken: h.adminToken, Client: h.etcdClient, Voters: c.EtcdVoters}
+	// One handler for the API port and the webhook port: one replay memory and one rate
+	// limit per host.
 	gitHook := gitsync.NewWebhook()
 	// The storage's etcd clients retry through every blip of a member; their warnings are
 	// noise, their errors are not.
@@ -80,7 +83,10 @@ func (h *Host) startAPI() error {
 	if err := h.waitReady(); err != nil {
 		return err
 	}
-	if err := gitHook.SetConfig(server.Loopback); err != nil {
+	if err := gitHook.SetConfig(h.ids.gitWebhook); err != nil {
+		return err
+	}
+	if err := h.startWebhook(gitHook); err != nil {
 		return err
 	}
 	if err := writeKubeconfig(h.Kubeconfig(), h.apiURL, h.ca.CertPEM, h.adminToken); err != nil {
@@ -124,7 +130,8 @@ func (h *Host) waitReady() error {
 }
 
 // startSite runs what every host keeps up for the site: the `kubernetes` Service, the etcd
-// membership, and the GitSource of --git-url.
+// membership, and the GitSource of --git-url (with the webhook token of
+// --git-webhook-secret-file).
 func (h *Host) startSite() error {
 	go runKubernetesService(h.runCtx, h.apiClient, firstIP(h.vopts.ServiceCIDR), int32(h.cfg.APIPort))
 	h.runEtcdMembership()
@@ -135,12 +142,24 @@ func (h *Host) startSite() error {
 	if err != nil {
 		return fmt.Errorf("git source client: %w", err)
 	}
+	var webhookToken []byte
+	if h.cfg.GitWebhookSecretFile != "" {
+		if webhookToken, err = readWebhookToken(h.cfg.GitWebhookSecretFile); err != nil {
+			return err
+		}
+	}
 	go func() {
 		c := h.cfg
 		_ = wait.PollUntilContextCancel(h.runCtx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
 			if err := gitsync.EnsureRootSource(ctx, dyn, c.GitURL, c.GitRef, c.GitPath); err != nil {
 				h.log.WithError(err).Warn("record GitSource kube-system/root")
 				return false, nil
+			}
+			if webhookToken != nil {
+				if err := gitsync.EnsureRootWebhook(ctx, h.apiClient, dyn, webhookToken); err != nil {
+					h.log.WithError(err).Warn("record the webhook token of GitSource kube-system/root (--git-webhook-secret-file)")
+					return false, nil
+				}
 			}
 			h.log.WithFields(logrus.Fields{"url": c.GitURL, "ref": c.GitRef, "path": c.GitPath}).Info("GitSource kube-system/root recorded")
 			return true, nil
@@ -166,7 +185,7 @@ func (h *Host) startControllers() error {
 		if c.Name == "gitsync" {
 			// While another host leads, keep gitsync's clones warm for the day this one does.
 			go func() {
-				_ = gitsync.RunWarm(h.runCtx, h.ids.controller("gitsync"), gitsync.WarmConfig{CacheDir: filepath.Join(h.dataDir, "git"), Identity: h.cfg.Name, Lease: "flotilla-controllers"})
+				_ = gitsync.RunWarm(h.runCtx, h.ids.controller("gitsync"), gitsync.WarmConfig{CacheDir: filepath.Join(h.dataDir, "git"), Identity: h.cfg.Name, Lease: "flotilla-controllers", Limits: h.cfg.GitLimits})
 			}()
 		}
 	}

@@ -10,7 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flotilla-dev/flotilla/gitsync"
+	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // Config is everything a host needs to run; `flotilla agent` maps its flags (and --config
@@ -56,6 +59,13 @@ type Config struct {
 	PodSecurityDefault string
 	// GitURL, GitRef and GitPath are recorded as GitSource kube-system/root when GitURL is set.
 	GitURL, GitRef, GitPath string
+	// GitWebhookSecretFile holds the push webhook token of the root source: the host stores
+	// it in Secret kube-system/root-webhook and names that in the source's webhookSecretRef.
+	GitWebhookSecretFile string
+	// GitLimits bound what one GitSource may cost this host (fetch, render).
+	GitLimits gitsync.Limits
+	// GitMinInterval is the shortest spec.interval the API accepts for a GitSource.
+	GitMinInterval time.Duration
 
 	// Pods runs the pods bound to this host (containerd, the pod network).
 	Pods bool
@@ -77,6 +87,10 @@ type Config struct {
 	ProxyMode string
 	// IngressHTTPPort and IngressHTTPSPort are the Ingress proxy's ports (HTTPS 0: off).
 	IngressHTTPPort, IngressHTTPSPort int
+	// WebhookPort serves the git push webhook on a TLS listener of its own (0: off; the API
+	// port serves it too), with WebhookTLSCertFile/KeyFile or else the API's certificate.
+	WebhookPort                           int
+	WebhookTLSCertFile, WebhookTLSKeyFile string
 }
 
 // DefaultConfig returns the defaults of `flotilla agent`.
@@ -88,7 +102,7 @@ func DefaultConfig() Config {
 		DefaultTolerationSeconds: 300, NodeMonitorGracePeriod: 40 * time.Second, GitRef: "main",
 		ServiceAccountMaxTokenTTL: 48 * time.Hour, PodSecurityDefault: "baseline", Pods: true, AgentPort: 10250, ClusterCIDR: "10.244.0.0/16", ClusterDNS: "10.96.0.10",
 		Proxy: true, ProxyMode: "auto", IngressHTTPPort: 80, IngressHTTPSPort: 443,
-		SeccompDefault: "RuntimeDefault",
+		SeccompDefault: "RuntimeDefault", GitLimits: gitsync.DefaultLimits(), GitMinInterval: v1alpha1.MinInterval,
 	}
 }
 
@@ -174,10 +188,40 @@ func (c *Config) Complete() (validation.Options, error) {
 	if c.ShutdownTimeout < time.Second {
 		return vopts, fmt.Errorf("--shutdown-timeout %s is too short: give a clean shutdown at least 1s", c.ShutdownTimeout)
 	}
+	if err := c.completeWebhook(); err != nil {
+		return vopts, err
+	}
+	if err := c.completeGit(&vopts); err != nil {
+		return vopts, err
+	}
 	if _, err := SelectControllers(c.Controllers, *c); err != nil {
 		return vopts, err
 	}
 	return vopts, nil
+}
+
+// completeGit checks the flags of the root GitSource and of gitsync's limits.
+func (c *Config) completeGit(vopts *validation.Options) error {
+	if c.GitURL != "" {
+		if errs := validation.ValidateGitURL(c.GitURL, field.NewPath("--git-url")); len(errs) > 0 {
+			return errs.ToAggregate()
+		}
+	}
+	if c.GitMinInterval < time.Second {
+		return fmt.Errorf("--git-min-interval %s: give at least 1s (default %s)", c.GitMinInterval, v1alpha1.MinInterval)
+	}
+	vopts.GitSourceMinInterval = c.GitMinInterval
+	l := c.GitLimits
+	for _, f := range []struct {
+		flag string
+		bad  bool
+	}{{"--git-max-repo-size", l.MaxRepoSize < 1<<20}, {"--git-max-objects", l.MaxObjects < 1}, {"--git-max-object-size", l.MaxObjectSize < 1<<10},
+		{"--git-fetch-timeout", l.FetchTimeout < time.Second}, {"--git-render-timeout", l.RenderTimeout < 100*time.Millisecond}} {
+		if f.bad {
+			return fmt.Errorf("%s is too small: give at least 1Mi, 1, 1Ki, 1s and 100ms for --git-max-repo-size, --git-max-objects, --git-max-object-size, --git-fetch-timeout and --git-render-timeout", f.flag)
+		}
+	}
+	return nil
 }
 
 // defaultAdvertise picks the address others reach this host at.

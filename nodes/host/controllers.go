@@ -31,10 +31,10 @@ import (
 
 // controllerList is every controller the leader runs, configured from cfg.
 func controllerList(cfg Config) []controllers.Named {
-	dataDir, clusterCIDR := cfg.DataDir, cfg.ClusterCIDR
+	dataDir, clusterCIDR, gitLimits := cfg.DataDir, cfg.ClusterCIDR, cfg.GitLimits
 	return []controllers.Named{
 		{Name: "gitsync", New: func(c *controllers.Context) (controllers.Runner, error) {
-			return gitsync.NewWithConfig(c, gitsync.Config{CacheDir: filepath.Join(dataDir, "git")})
+			return gitsync.NewWithConfig(c, gitsync.Config{CacheDir: filepath.Join(dataDir, "git"), Limits: gitLimits})
 		}, Workers: 2},
 		{Name: "replicaset", New: replicaset.New, Workers: 3},
 		{Name: "deployment", New: deployment.New, Workers: 3},

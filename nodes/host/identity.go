@@ -23,6 +23,8 @@ type identities struct {
 	controllers       map[string]*rest.Config
 	// node is the node agent's, the pod network's and the proxies' identity.
 	node *rest.Config
+	// gitWebhook is the git push webhook's (rbac.GitWebhookUser).
+	gitWebhook *rest.Config
 }
 
 // controller returns the configuration of the named controller.
@@ -55,6 +57,9 @@ func (h *Host) issueIdentities() error {
 		}
 	}
 	if ids.node, err = config("node", rbac.NodeUser(h.cfg.Name), rbac.NodesGroup); err != nil {
+		return err
+	}
+	if ids.gitWebhook, err = config("git-webhook", rbac.GitWebhookUser); err != nil {
 		return err
 	}
 	h.ids = ids

@@ -124,10 +124,22 @@ func (s *strategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) 
 	return errs
 }
 
-func (s *strategy) WarningsOnCreate(ctx context.Context, obj runtime.Object) []string { return nil }
-func (s *strategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object) []string {
+// WarningsOnCreate and WarningsOnUpdate return the kind's warnings, which the registry adds to
+// the response (warning.AddWarning) and kubectl prints as "Warning: ...".
+func (s *strategy) WarningsOnCreate(ctx context.Context, obj runtime.Object) []string {
+	if s.hasFuncs && s.funcs.Warnings != nil {
+		return s.funcs.Warnings(obj, nil)
+	}
 	return nil
 }
+
+func (s *strategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object) []string {
+	if s.hasFuncs && s.funcs.Warnings != nil {
+		return s.funcs.Warnings(obj, old)
+	}
+	return nil
+}
+
 func (s *strategy) Canonicalize(obj runtime.Object)               {}
 func (s *strategy) AllowCreateOnUpdate(context.Context) bool      { return false }
 func (s *strategy) AllowUnconditionalUpdate(context.Context) bool { return true }
@@ -158,6 +170,11 @@ func (s statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.O
 	if s.prepareStatusUpdate != nil {
 		s.prepareStatusUpdate(ctx, obj, old)
 	}
+}
+
+// WarningsOnUpdate is quiet: the warnings are about the spec, which a status update keeps.
+func (s statusStrategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object) []string {
+	return nil
 }
 
 func (s statusStrategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {

@@ -54,9 +54,11 @@ func startSite(t testing.TB, s *devsite.Site, extra ...string) time.Duration {
 	return startHosts(t, s.Hosts, extra...)
 }
 
-// startHosts starts hosts[0], then the others joining it, and waits for every API.
+// startHosts starts hosts[0], then the others joining it, and waits for every API. The
+// tests' GitSources poll every few seconds: the API accepts intervals down to 1s.
 func startHosts(t testing.TB, hosts []*devsite.Host, extra ...string) time.Duration {
 	t.Helper()
+	extra = append([]string{"--git-min-interval=1s"}, extra...)
 	s := struct{ Hosts []*devsite.Host }{hosts}
 	start := time.Now()
 	if err := s.Hosts[0].Start(extra...); err != nil {

@@ -1,7 +1,8 @@
 // Package defaults fills in the fields Kubernetes defaults, so that `kubectl get -o yaml` against
 // flotilla shows what it shows against upstream. Kubernetes' own defaulters live in
 // k8s.io/kubernetes, which we do not import; these are written from the upstream API
-// documentation and behaviour.
+// documentation and behaviour. Flotilla's own kinds (flotilla.dev) get theirs from the defaults
+// their types document.
 //
 // The functions are registered with Scheme.AddTypeDefaultingFunc and so run on every decode
 // (request bodies, patches, server-side apply, and reads from etcd). Every function is therefore
@@ -21,6 +22,8 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	flotillav1alpha1 "github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 )
 
 // Register adds the defaulting function of every served kind, and of its List, to scheme.
@@ -84,6 +87,9 @@ func Register(scheme *runtime.Scheme) {
 
 	// scheduling.k8s.io/v1, node.k8s.io/v1, autoscaling/v1 and v2
 	registerSchedulingNodeAutoscaling(scheme)
+
+	// flotilla.dev/v1alpha1
+	kind(scheme, &flotillav1alpha1.GitSource{}, &flotillav1alpha1.GitSourceList{}, func(l *flotillav1alpha1.GitSourceList) []flotillav1alpha1.GitSource { return l.Items }, setGitSource)
 }
 
 // kind registers fn for the object type and, item by item, for its list type. The scheme does not

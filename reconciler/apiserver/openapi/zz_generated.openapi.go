@@ -674,7 +674,7 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitRef(ref common.ReferenceCallback
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description:   "GitRef selects what to check out. At most one field may be set.",
+				Description:   "GitRef selects what to check out. Exactly one field is set (the server sets branch \"main\" when none is).",
 				Type:          []string{"object"},
 				MaxProperties: ptr.To[int64](1),
 				Properties: map[string]spec.Schema{
@@ -688,6 +688,13 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitRef(ref common.ReferenceCallback
 					"tag": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Tag to check out.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"semver": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Semver is a semantic version range (such as \">=1.2.0 <2.0.0\" or \"~1.4\"): the tag of the highest version in the range is checked out, re-resolved on every fetch. Tags are read as versions with or without a leading \"v\"; pre-releases only match a range that names one.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -814,7 +821,7 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitSourceSpec(ref common.ReferenceC
 				Properties: map[string]spec.Schema{
 					"url": {
 						SchemaProps: spec.SchemaProps{
-							Description: "URL of the git repository: https://, ssh://, git@host:path, or file:// for a local repository.",
+							Description: "URL of the git repository: https://, ssh://, git@host:path, or file:///absolute/path for a local repository, with no credentials in it (they belong in spec.secretRef). http:// and git:// are refused unless spec.insecure is true.",
 							Default:     "",
 							MinLength:   ptr.To[int64](1),
 							Type:        []string{"string"},
@@ -823,20 +830,20 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitSourceSpec(ref common.ReferenceC
 					},
 					"ref": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Ref is the git reference to check out: at most one of branch, tag or commit. The server sets branch \"main\" when none is given.",
+							Description: "Ref is the git reference to check out: exactly one of branch, tag, semver or commit. The server sets branch \"main\" when none is given.",
 							Ref:         ref(v1alpha1.GitRef{}.OpenAPIModelName()),
 						},
 					},
 					"path": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Path is the directory inside the repository to render (kustomization or plain manifests). Defaults to the repository root.",
+							Description: "Path is the directory inside the repository to render (kustomization or plain manifests): relative, without \"..\". Defaults to the repository root.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
 					},
 					"interval": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Interval is how often the repository is fetched and the objects re-applied. The server sets 1m when it is unset or zero.",
+							Description: "Interval is how often the repository is fetched and the objects re-applied: at least 10s. The server sets 1m when it is unset or zero.",
 							Default:     "1m",
 							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
 						},
@@ -849,13 +856,13 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitSourceSpec(ref common.ReferenceC
 					},
 					"secretRef": {
 						SchemaProps: spec.SchemaProps{
-							Description: "SecretRef names a Secret in the GitSource's namespace with the credentials for the remote: \"username\"/\"password\" (HTTPS) or \"identity\"/\"known_hosts\" (SSH).",
+							Description: "SecretRef names a Secret in the GitSource's namespace with the credentials for the remote: \"username\"/\"password\" (HTTPS) or \"identity\"/\"known_hosts\" (SSH), and for HTTPS optionally \"ca.crt\", the PEM CA certificates the server's certificate must chain to (instead of the host's trusted roots). A change to the Secret fetches again.",
 							Ref:         ref(v1alpha1.LocalObjectReference{}.OpenAPIModelName()),
 						},
 					},
 					"webhookSecretRef": {
 						SchemaProps: spec.SchemaProps{
-							Description: "WebhookSecretRef names a Secret in the GitSource's namespace whose \"token\" key authenticates push webhooks sent to the API port at /hooks/git/<namespace>/<name>: GitHub and Gitea sign the body with it (HMAC-SHA256, X-Hub-Signature-256 / X-Gitea-Signature), GitLab sends it as X-Gitlab-Token. A verified push fetches at once. Without it the source accepts no webhooks.",
+							Description: "WebhookSecretRef names a Secret in the GitSource's namespace whose \"token\" key authenticates push webhooks sent to /hooks/git/<namespace>/<name> (on the webhook port when the host serves one, --webhook-port, and on the API port): GitHub and Gitea sign the body with it (HMAC-SHA256, X-Hub-Signature-256 / X-Gitea-Signature), GitLab sends it as X-Gitlab-Token. A verified push fetches at once. Without it the source accepts no webhooks.",
 							Ref:         ref(v1alpha1.LocalObjectReference{}.OpenAPIModelName()),
 						},
 					},
@@ -894,6 +901,13 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitSourceSpec(ref common.ReferenceC
 					"suspend": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Suspend stops fetching and applying; the objects already applied stay as they are.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"insecure": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Insecure allows an http:// or git:// URL, whose content a network attacker can change on the way (set spec.verify to detect that). Credentials are never sent over such a URL: spec.secretRef is refused with it. The status carries a Warning condition while it is in use.",
 							Type:        []string{"boolean"},
 							Format:      "",
 						},

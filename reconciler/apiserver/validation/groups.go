@@ -26,6 +26,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	flotillav1alpha1 "github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 )
 
 // groupValidators lists the validation of the kinds outside core/v1.
@@ -128,6 +130,16 @@ func groupValidators(opts Options) map[schema.GroupKind]Funcs {
 			Create: typed(ValidateMutatingWebhookConfiguration),
 			Update: typed2(ValidateMutatingWebhookConfigurationUpdate),
 		},
+		flotillav1alpha1.Kind("GitSource"): {
+			Create: typed(func(gs *flotillav1alpha1.GitSource) field.ErrorList {
+				return validateGitSource(gs, opts.gitSourceMinInterval())
+			}),
+			Update: typed2(func(gs, old *flotillav1alpha1.GitSource) field.ErrorList {
+				return validateGitSourceUpdate(gs, old, opts.gitSourceMinInterval())
+			}),
+			StatusUpdate: typed2(metaOnlyStatusUpdate[flotillav1alpha1.GitSource]),
+			Warnings:     typedWarnings(GitSourceWarnings),
+		},
 		// /approval validates with ValidateCertificateSigningRequestApprovalUpdate.
 		{Group: certificatesv1.GroupName, Kind: "CertificateSigningRequest"}: {
 			Create:       typed(ValidateCertificateSigningRequest),
@@ -161,6 +173,19 @@ func typed2[T any](fn func(obj, old *T) field.ErrorList) func(obj, old runtime.O
 		if !ok {
 			return field.ErrorList{field.InternalError(nil, fmt.Errorf("validation: expected %T, got %T", (*T)(nil), old))}
 		}
+		return fn(o, p)
+	}
+}
+
+// typedWarnings adapts a warnings function of one Go type to Funcs.Warnings; old is nil on
+// create. An object of another type gets no warnings (validation reports it).
+func typedWarnings[T any](fn func(obj, old *T) []string) func(obj, old runtime.Object) []string {
+	return func(obj, old runtime.Object) []string {
+		o, ok := any(obj).(*T)
+		if !ok {
+			return nil
+		}
+		p, _ := any(old).(*T)
 		return fn(o, p)
 	}
 }

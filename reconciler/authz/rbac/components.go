@@ -21,6 +21,9 @@ const (
 	SchedulerUser = "system:kube-scheduler"
 	// NodesGroup is the group of every host's identity (NodeUser).
 	NodesGroup = "system:nodes"
+	// GitWebhookUser is the identity of the git push webhook every host serves
+	// (gitsync.Webhook); its ClusterRole and binding have the same name.
+	GitWebhookUser = "system:flotilla:git-webhook"
 )
 
 const (
@@ -78,6 +81,7 @@ const (
 	networkingGroup   = "networking.k8s.io"
 	storageGroup      = "storage.k8s.io"
 	metricsGroup      = "metrics.k8s.io"
+	flotillaGroup     = "flotilla.dev"
 )
 
 // named restricts a rule to the objects of the given names. Only requests that name an
@@ -264,8 +268,9 @@ var controllerPolicies = map[string][]rbacv1.PolicyRule{
 // routes, the Service proxy, cluster DNS and the Ingress proxy, which share the host's
 // client and informer factories (nodes/host). The API server's loopback identity, not
 // this one, keeps the kubernetes Service, Service kube-system/kube-dns and IngressClass
-// flotilla (dns.EnsureService and ingress.EnsureClass in nodes/host/nodeagent.go), records
-// GitSource kube-system/root and serves the git webhooks.
+// flotilla (dns.EnsureService and ingress.EnsureClass in nodes/host/nodeagent.go) and
+// records GitSource kube-system/root and its webhook Secret; the git webhooks have an
+// identity of their own, GitWebhookUser.
 //
 // Reads through the host's informers, in every namespace (list and watch):
 //   - pods: the agent's own, by field selector spec.nodeName (a selector RBAC does not see),
@@ -307,8 +312,19 @@ var nodeRules = []rbacv1.PolicyRule{
 	rule(verbs("update"), networkingGroup, "ingresses/status"),
 }
 
+// gitWebhookRules are the rules of GitWebhookUser (gitsync/webhook.go). For each delivery
+// it gets the GitSource the path names and the Secret its spec.webhookSecretRef names (a
+// Secret of an invalid name when there is none, so that both answers take as long), and
+// patches the GitSource's flotilla.dev/requested-at annotation. Every request names its
+// object: it neither lists nor watches, nor writes Secrets.
+var gitWebhookRules = []rbacv1.PolicyRule{
+	rule(verbs("get", "patch"), flotillaGroup, "gitsources"),
+	rule(verbs("get"), coreGroup, "secrets"),
+}
+
 // ComponentClusterRoles returns the ClusterRoles of flotilla's components:
 // system:kube-controller-manager (ControllerManagerUser), system:node (NodesGroup),
+// system:flotilla:git-webhook (GitWebhookUser),
 // system:kube-scheduler (SchedulerUser) and system:controller:NAME for every other name of
 // ControllerNames but gitsync, which is bound to cluster-admin (see
 // ComponentClusterRoleBindings). They carry the metadata of BootstrapClusterRoles, and a
@@ -317,6 +333,7 @@ func ComponentClusterRoles() []rbacv1.ClusterRole {
 	roles := []rbacv1.ClusterRole{
 		{ObjectMeta: metav1.ObjectMeta{Name: ControllerManagerUser}, Rules: copyRules(controllerManagerRules)},
 		{ObjectMeta: metav1.ObjectMeta{Name: nodeRoleName}, Rules: copyRules(nodeRules)},
+		{ObjectMeta: metav1.ObjectMeta{Name: GitWebhookUser}, Rules: copyRules(gitWebhookRules)},
 	}
 	for _, name := range ControllerNames() {
 		rules, ok := controllerPolicies[name]
@@ -336,7 +353,8 @@ func ComponentClusterRoles() []rbacv1.ClusterRole {
 
 // ComponentClusterRoleBindings returns the ClusterRoleBindings of flotilla's components,
 // each named like the ClusterRole it grants: system:kube-controller-manager to User
-// ControllerManagerUser, system:node to Group NodesGroup, and for every name of
+// ControllerManagerUser, system:node to Group NodesGroup, system:flotilla:git-webhook to
+// User GitWebhookUser, and for every name of
 // ControllerNames its ClusterRole to User ControllerUser(name).
 //
 // gitsync is the exception: it applies whatever the site's git repositories hold,
@@ -348,6 +366,7 @@ func ComponentClusterRoleBindings() []rbacv1.ClusterRoleBinding {
 	bindings := []rbacv1.ClusterRoleBinding{
 		componentBinding(ControllerManagerUser, ControllerManagerUser, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: ControllerManagerUser}),
 		componentBinding(nodeRoleName, nodeRoleName, rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: NodesGroup}),
+		componentBinding(GitWebhookUser, GitWebhookUser, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: GitWebhookUser}),
 	}
 	for _, name := range ControllerNames() {
 		roleName := controllerRoleName(name)

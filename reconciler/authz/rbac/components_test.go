@@ -66,7 +66,7 @@ func TestComponentPolicy(t *testing.T) {
 			}
 		}
 	}
-	if n := len(roles) - bootstrapRoles; n != len(ControllerNames())+1 { // + controller manager + node - gitsync
+	if n := len(roles) - bootstrapRoles; n != len(ControllerNames())+2 { // + controller manager + node + git webhook - gitsync
 		t.Errorf("%d component roles", n)
 	}
 
@@ -105,6 +105,7 @@ func TestComponentPolicy(t *testing.T) {
 	}
 	wantBinding(ControllerManagerUser, ControllerManagerUser, rbacv1.UserKind, ControllerManagerUser)
 	wantBinding("system:node", "system:node", rbacv1.GroupKind, NodesGroup)
+	wantBinding("system:flotilla:git-webhook", "system:flotilla:git-webhook", rbacv1.UserKind, GitWebhookUser)
 	wantBinding("system:controller:gitsync", "cluster-admin", rbacv1.UserKind, ControllerUser("gitsync"))
 	wantBinding("system:kube-scheduler", "system:kube-scheduler", rbacv1.UserKind, SchedulerUser)
 	for _, name := range ControllerNames() {
@@ -113,7 +114,7 @@ func TestComponentPolicy(t *testing.T) {
 		}
 		wantBinding("system:controller:"+name, "system:controller:"+name, rbacv1.UserKind, ControllerUser(name))
 	}
-	if len(bound) != len(ControllerNames())+2 {
+	if len(bound) != len(ControllerNames())+3 {
 		t.Errorf("%d component bindings", len(bound))
 	}
 	// Every component role is bound.
@@ -269,6 +270,10 @@ func TestComponentCalls(t *testing.T) {
 			{"create", rbacv1.GroupName, "clusterrolebindings", "", ""}, {"escalate", rbacv1.GroupName, "clusterroles", "", "r"},
 			{"create", "apiextensions.k8s.io", "customresourcedefinitions", "", ""}, {"delete", "example.com", "widgets", "ns1", "w"},
 		},
+		GitWebhookUser: {
+			{"get", flotillaGroup, "gitsources", "ns1", "apps"}, {"patch", flotillaGroup, "gitsources", "ns1", "apps"},
+			{"get", core, "secrets", "ns1", "hook"}, {"get", core, "secrets", "ns1", "flotilla-no-webhook-secret-"},
+		},
 		NodeUser("h1"): {
 			{"list", core, "pods", "", ""}, {"watch", core, "pods", "", ""}, {"list", core, "secrets", "", ""},
 			{"watch", core, "configmaps", "", ""}, {"list", core, "services", "", ""}, {"watch", core, "persistentvolumeclaims", "", ""},
@@ -309,6 +314,7 @@ func TestComponentLimits(t *testing.T) {
 	const core, apps = "", "apps"
 	h1 := componentUser(NodeUser("h1"), NodesGroup)
 	cm := componentUser(ControllerManagerUser)
+	hook := componentUser(GitWebhookUser)
 	ctrl := func(name string) user.Info { return componentUser(ControllerUser(name)) }
 
 	for _, tc := range []struct {
@@ -356,6 +362,17 @@ func TestComponentLimits(t *testing.T) {
 		{"clusterroleaggregation binds", ctrl("clusterroleaggregation"), call{"create", rbacv1.GroupName, "clusterrolebindings", "", ""}, false},
 		{"unknown controller", ctrl("nosuch"), call{"create", core, "pods", "ns1", ""}, false},
 
+		{"git webhook updates gitsources", hook, call{"update", flotillaGroup, "gitsources", "ns1", "apps"}, false},
+		{"git webhook writes status", hook, call{"update", flotillaGroup, "gitsources/status", "ns1", "apps"}, false},
+		{"git webhook deletes gitsources", hook, call{"delete", flotillaGroup, "gitsources", "ns1", "apps"}, false},
+		{"git webhook creates gitsources", hook, call{"create", flotillaGroup, "gitsources", "ns1", ""}, false},
+		{"git webhook lists gitsources", hook, call{"list", flotillaGroup, "gitsources", "", ""}, false},
+		{"git webhook lists secrets", hook, call{"list", core, "secrets", "ns1", ""}, false},
+		{"git webhook watches secrets", hook, call{"watch", core, "secrets", "", ""}, false},
+		{"git webhook writes secrets", hook, call{"update", core, "secrets", "ns1", "hook"}, false},
+		{"git webhook gets configmaps", hook, call{"get", core, "configmaps", "ns1", "c"}, false},
+		{"git webhook patches pods", hook, call{"patch", core, "pods", "ns1", "p"}, false},
+
 		{"controller manager writes", cm, call{"create", core, "pods", "ns1", ""}, false},
 		{"controller manager execs through get", cm, call{"get", core, "pods/exec", "ns1", "p"}, false},
 		{"controller manager proxies to nodes", cm, call{"get", core, "nodes/proxy", "", "h1"}, false},
@@ -401,5 +418,42 @@ func TestComponentRulesAllow(t *testing.T) {
 	if !RulesAllow(resourceAttrs(usr("x"), "update", coordinationGroup, "leases", "kube-system", "flotilla-scheduler"), cm...) ||
 		RulesAllow(resourceAttrs(usr("x"), "update", coordinationGroup, "leases", "kube-system", "other"), cm...) {
 		t.Error("controller manager role: lease updates")
+	}
+}
+
+// TestGitWebhookRole pins the rules of the git webhook: it reads the GitSource a delivery
+// names and the Secret that source names, and annotates the source; nothing else.
+func TestGitWebhookRole(t *testing.T) {
+	var role *rbacv1.ClusterRole
+	for _, r := range ComponentClusterRoles() {
+		if r.Name == GitWebhookUser {
+			role = &r
+		}
+	}
+	if role == nil {
+		t.Fatalf("no ClusterRole %s", GitWebhookUser)
+	}
+	want := []rbacv1.PolicyRule{
+		{Verbs: []string{"get", "patch"}, APIGroups: []string{"flotilla.dev"}, Resources: []string{"gitsources"}},
+		{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"secrets"}},
+	}
+	if len(role.Rules) != len(want) {
+		t.Fatalf("rules %+v, want %+v", role.Rules, want)
+	}
+	for i := range want {
+		got := role.Rules[i]
+		if !slices.Equal(got.Verbs, want[i].Verbs) || !slices.Equal(got.APIGroups, want[i].APIGroups) ||
+			!slices.Equal(got.Resources, want[i].Resources) || len(got.ResourceNames) > 0 || len(got.NonResourceURLs) > 0 {
+			t.Errorf("rule %d = %+v, want %+v", i, got, want[i])
+		}
+	}
+	if GitWebhookUser != "system:flotilla:git-webhook" {
+		t.Errorf("GitWebhookUser = %q: the name is in client certificates already issued", GitWebhookUser)
+	}
+	rules := role.Rules
+	if !RulesAllow(resourceAttrs(usr("x"), "patch", "flotilla.dev", "gitsources", "ns1", "apps"), rules...) ||
+		RulesAllow(resourceAttrs(usr("x"), "patch", "flotilla.dev", "gitsources/status", "ns1", "apps"), rules...) ||
+		RulesAllow(resourceAttrs(usr("x"), "list", "", "secrets", "ns1", ""), rules...) {
+		t.Error("git webhook role: patch gitsources only, no list of secrets")
 	}
 }

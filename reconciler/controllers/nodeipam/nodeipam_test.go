@@ -208,7 +208,9 @@ func TestExhaustedClusterCIDR(t *testing.T) {
 	if err := client.CoreV1().Nodes().Delete(ctx, holders[0], metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, 30*time.Second, "waiting node gets the freed subnet", func() (bool, error) {
+	// The waiting node's retries back off (up to tens of seconds on a loaded machine); the
+	// deletion enqueues it at once, but allow for a slow watch.
+	controllertest.Eventually(t, 60*time.Second, "waiting node gets the freed subnet", func() (bool, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, waiting, metav1.GetOptions{})
 		if err != nil {
 			return false, err

@@ -211,14 +211,18 @@ func TestReplicaSet(t *testing.T) {
 			return true, nil
 		})
 		waitOwned(t, client, ns, rs, 3)
-		deleted := events(t, client, ns, replicaset.ReasonSuccessfulDelete)
-		var msgs []string
-		for _, e := range deleted {
-			msgs = append(msgs, e.Message)
-		}
-		if got := strings.Join(msgs, ","); !strings.Contains(got, "Deleted pod: pod1") || !strings.Contains(got, "Deleted pod: pod2") {
-			t.Errorf("SuccessfulDelete events %q, want pod1 and pod2", got)
-		}
+		// The event recorder writes events asynchronously: wait for both.
+		controllertest.Eventually(t, 30*time.Second, "SuccessfulDelete events for pod1 and pod2", func() (bool, error) {
+			var msgs []string
+			for _, e := range events(t, client, ns, replicaset.ReasonSuccessfulDelete) {
+				msgs = append(msgs, e.Message)
+			}
+			got := strings.Join(msgs, ",")
+			if !strings.Contains(got, "Deleted pod: pod1") || !strings.Contains(got, "Deleted pod: pod2") {
+				return false, fmt.Errorf("SuccessfulDelete events %q, want pod1 and pod2", got)
+			}
+			return true, nil
+		})
 	})
 
 	// Pods first, then the ReplicaSet: both adopted, exactly one pod created.

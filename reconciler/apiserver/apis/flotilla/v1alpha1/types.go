@@ -12,6 +12,8 @@ const (
 	DefaultBranch = "main"
 	// DefaultInterval is the fetch interval when spec.interval is unset or zero.
 	DefaultInterval = time.Minute
+	// MinInterval is the shortest spec.interval the API accepts.
+	MinInterval = 10 * time.Second
 )
 
 // Condition types recorded in GitSourceStatus.Conditions (the flux/kstatus set).
@@ -28,6 +30,9 @@ const (
 	// ConditionStalled is True when reconciliation cannot progress without a change by
 	// a human (bad URL, failed verification, invalid manifests).
 	ConditionStalled = "Stalled"
+	// ConditionWarning is True while the source works but is set up in a way that is not
+	// safe (spec.insecure with an http:// or git:// URL); its message says what to change.
+	ConditionWarning = "Warning"
 )
 
 // Values of GitSourceStatus.Health.
@@ -61,23 +66,25 @@ type GitSource struct {
 
 // GitSourceSpec says which git repository, ref and path to apply, how often, and how.
 type GitSourceSpec struct {
-	// URL of the git repository: https://, ssh://, git@host:path, or file:// for a local repository.
+	// URL of the git repository: https://, ssh://, git@host:path, or file:///absolute/path
+	// for a local repository, with no credentials in it (they belong in spec.secretRef).
+	// http:// and git:// are refused unless spec.insecure is true.
 	// +required
 	// +k8s:validation:minLength=1
 	URL string `json:"url"`
 
-	// Ref is the git reference to check out: at most one of branch, tag or commit.
-	// The server sets branch "main" when none is given.
+	// Ref is the git reference to check out: exactly one of branch, tag, semver or
+	// commit. The server sets branch "main" when none is given.
 	// +optional
 	Ref *GitRef `json:"ref,omitempty"`
 
 	// Path is the directory inside the repository to render (kustomization or plain
-	// manifests). Defaults to the repository root.
+	// manifests): relative, without "..". Defaults to the repository root.
 	// +optional
 	Path string `json:"path,omitempty"`
 
-	// Interval is how often the repository is fetched and the objects re-applied.
-	// The server sets 1m when it is unset or zero.
+	// Interval is how often the repository is fetched and the objects re-applied: at
+	// least 10s. The server sets 1m when it is unset or zero.
 	// +optional
 	// +default="1m"
 	Interval metav1.Duration `json:"interval,omitempty"`
@@ -87,12 +94,15 @@ type GitSourceSpec struct {
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
 	// SecretRef names a Secret in the GitSource's namespace with the credentials for
-	// the remote: "username"/"password" (HTTPS) or "identity"/"known_hosts" (SSH).
+	// the remote: "username"/"password" (HTTPS) or "identity"/"known_hosts" (SSH), and for
+	// HTTPS optionally "ca.crt", the PEM CA certificates the server's certificate must
+	// chain to (instead of the host's trusted roots). A change to the Secret fetches again.
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
 
 	// WebhookSecretRef names a Secret in the GitSource's namespace whose "token" key
-	// authenticates push webhooks sent to the API port at /hooks/git/<namespace>/<name>:
+	// authenticates push webhooks sent to /hooks/git/<namespace>/<name> (on the webhook
+	// port when the host serves one, --webhook-port, and on the API port):
 	// GitHub and Gitea sign the body with it (HMAC-SHA256, X-Hub-Signature-256 /
 	// X-Gitea-Signature), GitLab sends it as X-Gitlab-Token. A verified push fetches at once.
 	// Without it the source accepts no webhooks.
@@ -118,9 +128,17 @@ type GitSourceSpec struct {
 	// Suspend stops fetching and applying; the objects already applied stay as they are.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+
+	// Insecure allows an http:// or git:// URL, whose content a network attacker can
+	// change on the way (set spec.verify to detect that). Credentials are never sent over
+	// such a URL: spec.secretRef is refused with it. The status carries a Warning condition
+	// while it is in use.
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
 }
 
-// GitRef selects what to check out. At most one field may be set.
+// GitRef selects what to check out. Exactly one field is set (the server sets branch
+// "main" when none is).
 // +k8s:validation:maxProperties=1
 type GitRef struct {
 	// Branch to follow (its head is re-resolved on every fetch).
@@ -130,6 +148,13 @@ type GitRef struct {
 	// Tag to check out.
 	// +optional
 	Tag string `json:"tag,omitempty"`
+
+	// Semver is a semantic version range (such as ">=1.2.0 <2.0.0" or "~1.4"): the tag
+	// of the highest version in the range is checked out, re-resolved on every fetch.
+	// Tags are read as versions with or without a leading "v"; pre-releases only match a
+	// range that names one.
+	// +optional
+	Semver string `json:"semver,omitempty"`
 
 	// Commit SHA-1 to check out (full 40 hex digits).
 	// +optional

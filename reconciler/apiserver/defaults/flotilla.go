@@ -1,0 +1,23 @@
+package defaults
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	flotillav1alpha1 "github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
+)
+
+// setGitSource makes a GitSource's defaults explicit, so that what the controller does is
+// what the object says: fetched every minute, at branch main, pruning. spec.timeout stays
+// unset: it follows the interval at use, also when the interval changes later.
+func setGitSource(gs *flotillav1alpha1.GitSource) {
+	s := &gs.Spec
+	if s.Interval.Duration == 0 {
+		s.Interval = metav1.Duration{Duration: flotillav1alpha1.DefaultInterval}
+	}
+	if s.Ref == nil || *s.Ref == (flotillav1alpha1.GitRef{}) {
+		s.Ref = &flotillav1alpha1.GitRef{Branch: flotillav1alpha1.DefaultBranch}
+	}
+	if s.Prune == nil {
+		s.Prune = new(true)
+	}
+}
