@@ -19,9 +19,9 @@ KUBE_LDFLAGS := $(foreach p,k8s.io/client-go/pkg/version k8s.io/component-base/v
 	-X $(p).gitCommit=$(COMMIT) -X $(p).gitTreeState=clean)
 LDFLAGS := -s -w $(KUBE_LDFLAGS) -X main.flotillaVersion=$(VERSION)
 
-GO_TEST_TIMEOUT ?= 25m
+GO_TEST_TIMEOUT ?= 35m
 
-.PHONY: all deps build kubectl images generate verify-generate test unit-test lint demo demo-down bench bench-api bench-scheduler bench-proxy bench-e2e clean
+.PHONY: all deps build kubectl images generate verify-generate test unit-test lint demo demo-down bench bench-api bench-scheduler bench-proxy bench-e2e bench-robustness clean
 
 all: build
 
@@ -57,9 +57,13 @@ unit-test:
 	$(GO) test -count=1 ./reconciler/... ./cmd/...
 
 ## test: everything, against real processes (etcd, the agent, kubectl).
+## The figures the tests measure (framework.Figure) are printed at the end, pass or fail.
 test: deps build kubectl images lint
-	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl FLOTILLA_IMAGES=$(BIN)/images \
-		$(GO) test -count=1 -timeout $(GO_TEST_TIMEOUT) -p 1 ./...
+	@rm -f $(BIN)/figures.txt
+	@rc=0; FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl FLOTILLA_IMAGES=$(BIN)/images FLOTILLA_FIGURES=$(BIN)/figures.txt \
+		$(GO) test -count=1 -timeout $(GO_TEST_TIMEOUT) -p 1 ./... || rc=$$?; \
+	echo; echo "== figures measured by the tests =="; cat $(BIN)/figures.txt 2>/dev/null || echo "(none)"; \
+	exit $$rc
 
 ## images: the example images as OCI tarballs in bin/images (no registry needed).
 images: build
@@ -73,7 +77,7 @@ demo-down:
 	FLOTILLA_BIN=$(BIN)/flotilla hack/demo.sh down
 
 ## bench: measurements that are too slow for `make test`; prints figures.
-bench: deps build kubectl bench-api bench-scheduler bench-proxy bench-e2e
+bench: deps build kubectl bench-api bench-scheduler bench-proxy bench-e2e bench-robustness
 
 bench-api: deps build kubectl
 	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl \
@@ -97,6 +101,15 @@ bench-proxy: deps build
 bench-e2e: deps build kubectl images
 	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl FLOTILLA_IMAGES=$(BIN)/images \
 		$(GO) test -run '^$$' -bench 'BenchmarkGitOps|BenchmarkMutatingAPI' -benchtime 1x -timeout 40m ./test/e2e/
+
+## bench-robustness: a 3-host site under faults (partitions, kill -9 of voters) for
+## FLOTILLA_LINEARIZABILITY_DURATION (default 10m) while clients on every host create, update,
+## read and delete ConfigMaps; prints operations, faults, linearizability violations (must be 0)
+## and the p99 latency of acknowledged writes.
+bench-robustness: deps build kubectl
+	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl \
+		FLOTILLA_LINEARIZABILITY_DURATION=$${FLOTILLA_LINEARIZABILITY_DURATION:-10m} \
+		$(GO) test -run '^$$' -bench BenchmarkLinearizability -benchtime 1x -timeout 40m ./test/e2e/
 
 clean:
 	rm -rf $(BIN)

@@ -182,6 +182,22 @@ func (e *env) waitFor(what string, cond func() bool) {
 	}
 }
 
+// holds checks cond every 100 ms for window and fails as soon as it returns a problem (""
+// while all is well). Call it after a positive signal, with the reason the window suffices.
+func (e *env) holds(window time.Duration, what string, cond func() string) {
+	e.t.Helper()
+	deadline := time.Now().Add(window)
+	for {
+		if problem := cond(); problem != "" {
+			e.t.Fatalf("%s: %s", what, problem)
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func (e *env) readyAt(rev string) func() bool {
 	return func() bool {
 		st := e.source().Status

@@ -139,7 +139,7 @@ func TestLimitsAgainstAgent(t *testing.T) {
 		t.Fatalf("after a repository over the size limit: last applied %s, cm-0 v=%q; want %s still applied", gs.Status.LastAppliedRevision, value(), good)
 	}
 	status := procStatus(t, pid, "VmRSS", "VmHWM")
-	t.Logf("agent after the refused fetch of a 16 MiB repository: %s", status)
+	framework.Figure(t, "agent after the refused fetch of a 16 MiB repository (limit 4Mi): %s", status)
 	if hwm := kib(status, "VmHWM"); hwm > 1<<20 {
 		t.Fatalf("the agent's peak RSS is %d KiB, over 1 GiB", hwm)
 	}

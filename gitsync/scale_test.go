@@ -102,7 +102,7 @@ func TestLargeRepository(t *testing.T) {
 	if len(list.Items) != files*perFile || gs.Status.Inventory == nil || len(gs.Status.Inventory.Entries) != files*perFile {
 		t.Fatalf("applied %d ConfigMaps, inventory %d; want %d", len(list.Items), len(gs.Status.Inventory.Entries), files*perFile)
 	}
-	t.Logf("2000 objects applied %.1f s after the agent started; agent %s", took.Seconds(), procStatus(t, pid, "VmRSS", "VmHWM"))
+	framework.Figure(t, "2000 objects applied %.1f s after the agent started; agent %s", took.Seconds(), procStatus(t, pid, "VmRSS", "VmHWM"))
 	for _, line := range strings.Split(a.Logs(), "\n") {
 		if strings.Contains(line, "msg=applied") {
 			t.Logf("agent: %s", line)

@@ -91,9 +91,15 @@ func TestWarmClone(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // a round already under way may finish
 	warm := head
 	head = r.commit(map[string]string{"cm2.yaml": strings.ReplaceAll(newCMYAML, "fresh", "fresh2")})
-	time.Sleep(2 * time.Second)
-	if got := cacheHead(clone); got != warm {
-		t.Fatalf("runner fetched %s while this host leads", got)
+	// RunWarm reads the Lease from the API every 200 ms tick and fetches a 1 s-interval source
+	// at most a tick past its interval: a fetch despite the lead would show within 1.2 s.
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if got := cacheHead(clone); got != warm {
+			t.Fatalf("runner fetched %s while this host leads", got)
+		}
+		if time.Now().After(deadline) {
+			break
+		}
 	}
 
 	t.Log("the new leader's controller starts on the warm cache and applies")

@@ -7,13 +7,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 	"github.com/flotilla-dev/flotilla/test/framework"
@@ -114,8 +114,20 @@ func TestAPIWarningsAgainstAgent(t *testing.T) {
 	e.waitFor("APIWarning event", func() bool {
 		return slices.ContainsFunc(warningEvents(), func(ev corev1.Event) bool { return strings.HasPrefix(ev.Message, prefix) })
 	})
-	// Several intervals, each re-applying the revision (and answered the same warning).
-	time.Sleep(4 * time.Second)
+	// Three more rounds, each re-applying the revision (and answered the same warning); a
+	// repeated event from the first of them would have been recorded by the end of the third.
+	applies := func() uint64 {
+		n, err := testutil.GetHistogramMetricCount(applyDuration.WithLabelValues(metricsSource("default", "apps")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	seen := applies()
+	e.waitFor("three more applies of the revision", func() bool { return applies() >= seen+3 })
+	if st := e.source().Status; st.LastAppliedRevision != "main@sha1:"+head {
+		t.Fatalf("lastAppliedRevision %s, want the same revision re-applied", st.LastAppliedRevision)
+	}
 	n := 0
 	for _, ev := range warningEvents() {
 		if ev.Type != corev1.EventTypeWarning {

@@ -11,6 +11,7 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/cronjob"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/daemonset"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/deployment"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/disruption"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/endpointslice"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/garbagecollector"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/job"
@@ -52,6 +53,7 @@ func controllerList(cfg Config) []controllers.Named {
 		{Name: "unenforced", New: unenforced.New, Workers: 1},
 		{Name: "garbagecollector", New: func(c *controllers.Context) (controllers.Runner, error) { return garbagecollector.New(c) }, Workers: 3},
 		{Name: "endpointslice", New: endpointslice.New, Workers: 3},
+		{Name: "disruption", New: disruption.New, Workers: 2},
 		{Name: "nodelifecycle", New: func(c *controllers.Context) (controllers.Runner, error) {
 			nc := nodelifecycle.DefaultConfig()
 			if cfg.NodeMonitorGracePeriod > 0 {

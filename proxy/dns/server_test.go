@@ -154,7 +154,7 @@ func TestRunAgainstAPIServer(t *testing.T) {
 	}) {
 		t.Fatal("a new Service did not resolve within 1s of its creation")
 	}
-	t.Logf("FIGURE: new Service resolvable %s after Create was called", time.Since(start).Round(time.Millisecond))
+	framework.Figure(t, "new Service resolvable %s after Create was called", time.Since(start).Round(time.Millisecond))
 
 	start = time.Now()
 	createReadyPod(ctx, t, c, "web-1", "10.244.0.6", "web-1", "nginx", map[string]string{"app": "nginx"})
@@ -163,7 +163,7 @@ func TestRunAgainstAPIServer(t *testing.T) {
 	}) {
 		t.Fatal("a new ready pod's hostname.subdomain name did not resolve within 1s")
 	}
-	t.Logf("FIGURE: new pod hostname.subdomain resolvable %s after Create was called", time.Since(start).Round(time.Millisecond))
+	framework.Figure(t, "new pod hostname.subdomain resolvable %s after Create was called", time.Since(start).Round(time.Millisecond))
 
 	start = time.Now()
 	if err := c.CoreV1().Services("default").Delete(ctx, "late", metav1.DeleteOptions{}); err != nil {
@@ -175,7 +175,7 @@ func TestRunAgainstAPIServer(t *testing.T) {
 	}) {
 		t.Error("a deleted Service still resolved 1s later")
 	}
-	t.Logf("FIGURE: deleted Service NXDOMAIN %s after Delete was called", time.Since(start).Round(time.Millisecond))
+	framework.Figure(t, "deleted Service NXDOMAIN %s after Delete was called", time.Since(start).Round(time.Millisecond))
 
 	stop()
 	select {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/flotilla-dev/flotilla/reconciler/pki"
@@ -144,6 +145,16 @@ func (s *JoinServer) join(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if req.WantMember && !existing && len(members.Members) < s.Voters {
+		// etcd takes one learner at a time. Proposing a second one is refused only when the
+		// proposal is applied, and the refused entry stays in the raft log: every member that
+		// replays it after a restart dials a member that never existed. Ask the host to
+		// retry instead, before anything is proposed.
+		for _, m := range members.Members {
+			if m.IsLearner {
+				http.Error(w, fmt.Sprintf("another host (%s) is joining the etcd cluster now: retry", learnerName(m)), http.StatusServiceUnavailable)
+				return
+			}
+		}
 		if _, err := s.Client.MemberAddAsLearner(ctx, []string{req.PeerURL}); err != nil {
 			http.Error(w, "add etcd learner: "+err.Error(), http.StatusServiceUnavailable)
 			return
@@ -267,4 +278,12 @@ func (s *ClusterState) Save(path string) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// learnerName names a learner for a message: its name, or its peer URL before it started.
+func learnerName(m *etcdserverpb.Member) string {
+	if m.Name != "" {
+		return m.Name
+	}
+	return strings.Join(m.PeerURLs, ",")
 }

@@ -120,6 +120,10 @@ func TestKubectl(t *testing.T) {
 	})
 
 	t.Run("get -w sees a create made in parallel", func(t *testing.T) {
+		// A ConfigMap that the initial list must show: once it is printed, kubectl watches
+		// from that list's resourceVersion, so a later create cannot be missed.
+		a.MustKubectl("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: listed\n", "create", "-f", "-")
+		t.Cleanup(func() { _, _, _ = a.Kubectl("", "delete", "cm", "listed", "--ignore-not-found") })
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, framework.KubectlBin(t), "--kubeconfig", a.Kubeconfig, "get", "cm", "-w", "--output-watch-events")
@@ -129,9 +133,15 @@ func TestKubectl(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-		time.Sleep(time.Second) // let the watch establish after the initial list
-		a.MustKubectl("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: watched\n", "create", "-f", "-")
 		deadline := time.Now().Add(20 * time.Second)
+		for !regexp.MustCompile(`ADDED\s+listed`).MatchString(buf.String()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the initial list did not show ConfigMap listed:\n%s", buf.String())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		a.MustKubectl("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: watched\n", "create", "-f", "-")
+		deadline = time.Now().Add(20 * time.Second)
 		for time.Now().Before(deadline) {
 			if regexp.MustCompile(`ADDED\s+watched`).MatchString(buf.String()) {
 				return

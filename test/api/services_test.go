@@ -70,7 +70,7 @@ func TestServiceIPAllocation(t *testing.T) {
 		if len(seen) != n {
 			t.Errorf("%d distinct IPs for %d services", len(seen), n)
 		}
-		t.Logf("FIGURE: %d services created by %d clients in %s", n, workers, time.Since(start).Round(time.Millisecond))
+		framework.Figure(t, "%d services created by %d clients in %s", n, workers, time.Since(start).Round(time.Millisecond))
 	})
 
 	t.Run("requested IPs: honoured, 422 when taken or outside, reusable after delete", func(t *testing.T) {

@@ -174,6 +174,24 @@ func Eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 	}
 }
 
+// Consistently checks cond every 100 ms for window and fails at the first time it is false. It
+// shows that something does not happen: call it after a positive signal that the controller saw
+// the change, and say next to the call why window is long enough.
+func Consistently(t *testing.T, window time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(window)
+	for {
+		ok, err := cond()
+		if err != nil || !ok {
+			t.Fatalf("%s stopped holding (err %v)", what, err)
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // ActivePods lists the pods of ns that are not being deleted.
 func ActivePods(client kubernetes.Interface, ns string) ([]corev1.Pod, error) {
 	list, err := client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})

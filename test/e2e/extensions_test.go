@@ -14,6 +14,7 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/flotilla-dev/flotilla/internal/devsite"
+	"github.com/flotilla-dev/flotilla/test/framework"
 )
 
 // hookApp runs the toolbox's admission webhooks behind the Service default/hook, with a
@@ -272,7 +273,7 @@ spec:
 		if err == nil || !strings.Contains(err.Error(), "slow.toolbox.flotilla.dev") {
 			t.Fatalf("timeout with failurePolicy Fail: %v, want refused naming the webhook", err)
 		}
-		t.Logf("FIGURE: a timed-out webhook (timeoutSeconds 2) refused the write after %s", time.Since(start).Round(10*time.Millisecond))
+		framework.Figure(t, "a timed-out webhook (timeoutSeconds 2) refused the write after %s", time.Since(start).Round(10*time.Millisecond))
 		kubectlOut(t, h, "patch", "validatingwebhookconfiguration", "deny-labelled", "--type=json",
 			"-p", `[{"op":"replace","path":"/webhooks/1/failurePolicy","value":"Ignore"}]`)
 		waitFor(t, 30*time.Second, "slow webhook ignored", func() (bool, string) {

@@ -168,7 +168,7 @@ spec: {url: %q, ref: {branch: main}, interval: 3s}
 	}
 	t.Run("a pushed image change rolls out with no failed request", func(t *testing.T) {
 		p := startProber(s.Hosts)
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // load generator: a second of answers before the change
 		// hello:v2 (packed by hack/pack-images.sh) answers "version v2" unless VERSION says
 		// otherwise: the commit changes the image and drops the VERSION variable.
 		v2 := strings.Replace(deployment, "image: flotilla.local/hello:latest", "image: flotilla.local/hello:v2", 1)
@@ -192,7 +192,7 @@ spec: {url: %q, ref: {branch: main}, interval: 3s}
 			return done, fmt.Sprintf("applied %s, updated %d available %d total %d", applied, d.Status.UpdatedReplicas, d.Status.AvailableReplicas, d.Status.Replicas)
 		})
 		t.Logf("commit -> rolled out: %s", time.Since(start).Round(100*time.Millisecond))
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // load generator: keep probing the rolled-out version a while
 		ok, failed, errs := p.halt()
 		t.Logf("requests during the rollout: %d ok, %d failed, versions seen %v", ok, failed, p.versions)
 		if failed > 0 {
@@ -280,7 +280,7 @@ spec: {url: %q, ref: {branch: main}, interval: 3s}
 			return elsewhere == 3 && ready == 3, fmt.Sprintf("%d ready, %d on live hosts", ready, elsewhere)
 		})
 		t.Logf("host killed -> 3 replicas on the other hosts: %s", time.Since(start).Round(100*time.Millisecond))
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // load generator: keep probing the moved replicas a while
 		ok, failed, errs := p.halt()
 		t.Logf("requests through the live hosts' ingress meanwhile: %d ok, %d failed %v", ok, failed, errs)
 		if ok == 0 || failed*10 > ok {

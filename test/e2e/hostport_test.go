@@ -72,10 +72,12 @@ func TestHostPort(t *testing.T) {
 	})
 	t.Run("the port keeps answering across an agent restart", func(t *testing.T) {
 		h := s.Hosts[0]
+		started := agentStarts(h)
 		if err := h.Stop(15 * time.Second); err != nil {
 			t.Fatal(err)
 		}
 		answers(t, "while host-1's agent is stopped")
+		restarted := time.Now()
 		if err := h.Restart(); err != nil {
 			t.Fatal(err)
 		}
@@ -84,9 +86,13 @@ func TestHostPort(t *testing.T) {
 		if err := h.WaitReady(ctx); err != nil {
 			t.Fatal(err)
 		}
-		// The restarted agent's first sync of the host ports has run by then.
-		time.Sleep(12 * time.Second)
-		answers(t, "after host-1's agent restarted")
+		waitAgentBack(t, c, h, restarted, started)
+		// The first sync of the host ports follows the pod workers' start in the same loop,
+		// after one local garbage-collection pass: 2 s of answers span it.
+		holdsFor(t, 2*time.Second, url+" answers after host-1's agent restarted", func() (bool, string) {
+			code, body, err := get(url, "")
+			return code == 200 && strings.HasPrefix(body, "web "), fmt.Sprint(code, " ", body, " ", err)
+		})
 	})
 	t.Run("a deleted pod's port no longer answers", func(t *testing.T) {
 		if err := c.CoreV1().Pods(ns).Delete(context.Background(), "web", metav1.DeleteOptions{}); err != nil {

@@ -236,13 +236,17 @@ func TestPodsRunOnContainerd(t *testing.T) {
 			t.Fatalf("lastState should record exit code 3: %s", describe(p))
 		}
 		// The back-off doubles: after restart 2 the next start waits 20 s, so the count
-		// stays put for a while.
+		// stays put for a while. A crash that exits at once without back-off would restart
+		// several times in the 5 s window (a wall-clock span shorter than the back-off).
 		n := cs.RestartCount
-		time.Sleep(5 * time.Second)
-		p, _ = getPod(c, "crasher")
-		if statusOf(p, "crash").RestartCount > n+1 {
-			t.Fatalf("restarts did not back off: %d -> %d in 5 s", n, statusOf(p, "crash").RestartCount)
-		}
+		holdsFor(t, 5*time.Second, "restarts back off", func() (bool, string) {
+			p, err := getPod(c, "crasher")
+			if err != nil {
+				return false, err.Error()
+			}
+			got := statusOf(p, "crash").RestartCount
+			return got <= n+1, fmt.Sprintf("restarts did not back off: %d -> %d within 5 s", n, got)
+		})
 	})
 
 	t.Run("memory limit kills with OOMKilled", func(t *testing.T) {
@@ -269,15 +273,22 @@ func TestPodsRunOnContainerd(t *testing.T) {
 			cs := statusOf(p, "app")
 			return cs != nil && cs.RestartCount >= 1
 		})
-		p := waitPod(t, c, "unready", 60*time.Second, "running", func(p *corev1.Pod) bool {
+		waitPod(t, c, "unready", 60*time.Second, "running", func(p *corev1.Pod) bool {
 			cs := statusOf(p, "app")
 			return cs != nil && cs.State.Running != nil
 		})
-		time.Sleep(4 * time.Second)
-		p, _ = getPod(c, "unready")
-		if podReady(p) || statusOf(p, "app").Ready || statusOf(p, "app").RestartCount != 0 {
-			t.Fatalf("a failing readiness probe must keep Ready=False without restarts: %s", describe(p))
-		}
+		// A failing readiness probe that starts unready leaves no event to wait for. It runs
+		// every second from the container's start with the default failureThreshold 3: a
+		// readiness failure taken for a liveness one would restart the container within 3 s.
+		holdsFor(t, 4*time.Second, "unready stays unready without restarts", func() (bool, string) {
+			p, err := getPod(c, "unready")
+			if err != nil {
+				return false, err.Error()
+			}
+			cs := statusOf(p, "app")
+			return !podReady(p) && cs != nil && !cs.Ready && cs.RestartCount == 0,
+				"a failing readiness probe must keep Ready=False without restarts: " + describe(p)
+		})
 	})
 
 	t.Run("kubectl exec through another host's API", func(t *testing.T) {
@@ -347,7 +358,13 @@ func TestPodsRunOnContainerd(t *testing.T) {
 			cs := statusOf(p, "app")
 			return cs != nil && cs.State.Running != nil
 		})
-		time.Sleep(time.Second)
+		// The app prints this once its SIGTERM handler is installed.
+		waitFor(t, 30*time.Second, "graceful waits for SIGTERM", func() (bool, string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			out, err := s.Hosts[0].Kubectl(ctx, "", "logs", "graceful")
+			return err == nil && strings.Contains(out, "waiting for SIGTERM"), fmt.Sprint(out, err)
+		})
 		if err := c.CoreV1().Pods("default").Delete(context.Background(), "graceful", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -463,9 +480,11 @@ func TestPodsRunOnContainerd(t *testing.T) {
 			t.Fatal("no running containers on host-3 to check")
 		}
 		h := s.Hosts[2]
+		started := agentStarts(h)
 		if err := h.Stop(15 * time.Second); err != nil {
 			t.Fatal(err)
 		}
+		restarted := time.Now()
 		if err := h.Restart(); err != nil {
 			t.Fatal(err)
 		}
@@ -474,21 +493,26 @@ func TestPodsRunOnContainerd(t *testing.T) {
 		if err := h.WaitReady(ctx); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(5 * time.Second)
-		for key, id := range ids {
-			name, ctr, _ := strings.Cut(key, "/")
-			p, err := getPod(c, name)
-			if err != nil {
-				t.Fatal(err)
+		waitAgentBack(t, c, h, restarted, started)
+		// The new agent started a worker for every pod as it listed them, before it logged its
+		// workers running; a worker that did not adopt its running container would replace it
+		// on its first sync, or at the latest on its 2 s resync: 3 s show it.
+		holdsFor(t, 3*time.Second, "the containers kept across the agent restart", func() (bool, string) {
+			for key, id := range ids {
+				name, ctr, _ := strings.Cut(key, "/")
+				if name == "crasher" {
+					continue // it restarts by itself
+				}
+				p, err := getPod(c, name)
+				if err != nil {
+					return false, err.Error()
+				}
+				if cs := statusOf(p, ctr); cs == nil || cs.ContainerID != id || cs.State.Running == nil {
+					return false, fmt.Sprintf("%s: container %s changed across the agent restart: %s", key, id, describe(p))
+				}
 			}
-			cs := statusOf(p, ctr)
-			if name == "crasher" {
-				continue // it restarts by itself
-			}
-			if cs == nil || cs.ContainerID != id || cs.State.Running == nil {
-				t.Errorf("%s: container %s changed across the agent restart: %s", key, id, describe(p))
-			}
-		}
+			return true, ""
+		})
 	})
 
 }

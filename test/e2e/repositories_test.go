@@ -165,14 +165,14 @@ spec: {url: %q, ref: {branch: main}, interval: 3s}
 			n, state := replicas()
 			return n == 3, state
 		})
-		t.Logf("FIGURE: HPA scaled web 1 -> 3 in %s", time.Since(start).Round(time.Second))
+		framework.Figure(t, "HPA scaled web 1 -> 3 in %s", time.Since(start).Round(time.Second))
 		// Every pod stops burning 90 s after it starts; with no scale-down stabilization
 		// the HPA goes back to its minimum.
 		waitFor(t, 4*time.Minute, "scaled back to 1", func() (bool, string) {
 			n, state := replicas()
 			return n == 1, state
 		})
-		t.Logf("FIGURE: HPA scaled web 3 -> 1 %s after the start of the load", time.Since(start).Round(time.Second))
+		framework.Figure(t, "HPA scaled web 3 -> 1 %s after the start of the load", time.Since(start).Round(time.Second))
 	})
 
 	t.Run("kubectl top shows the figures of the pods' cgroups, and the nodes", func(t *testing.T) {
@@ -224,7 +224,7 @@ spec: {url: %q, ref: {branch: main}, interval: 3s}
 					state += fmt.Sprintf("\n%s: cgroup %dm, top %dm", p.Name, cgroupMilli, figures[0])
 					if within10(figures[0], cgroupMilli) && cgroupMilli > 50 {
 						cpuOK = true
-						t.Logf("FIGURE: %s CPU: kubectl top %dm, cgroup %dm", p.Name, figures[0], cgroupMilli)
+						framework.Figure(t, "%s CPU: kubectl top %dm, cgroup %dm", p.Name, figures[0], cgroupMilli)
 					}
 				}
 				if p.Name == "alloc" {
@@ -232,7 +232,7 @@ spec: {url: %q, ref: {branch: main}, interval: 3s}
 					state += fmt.Sprintf("\nalloc: cgroup working set %dMi (%v), top %dMi", ws>>20, err, figures[1])
 					if err == nil && within10(figures[1], ws>>20) && ws>>20 >= 64 {
 						memOK = true
-						t.Logf("FIGURE: alloc memory: kubectl top %dMi, cgroup working set %dMi", figures[1], ws>>20)
+						framework.Figure(t, "alloc memory: kubectl top %dMi, cgroup working set %dMi", figures[1], ws>>20)
 					}
 				}
 			}

@@ -118,15 +118,17 @@ func TestVolumeEscapes(t *testing.T) {
 		if msg := statusOf(got, "look").State.Waiting.Message; !strings.Contains(msg, `subPath "escape" is outside the volume`) {
 			t.Errorf("waiting message: %q", msg)
 		}
-		// It stays so: the container never runs, so it never sees the host's files.
-		time.Sleep(5 * time.Second)
-		got, err = getPod(c, "subpath-escape")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cs := statusOf(got, "look"); got.Status.Phase != corev1.PodPending || cs == nil || cs.State.Waiting == nil || cs.LastTerminationState.Terminated != nil {
-			t.Errorf("the container with the escaping subPath ran: %s", describe(got))
-		}
+		// It stays so: the container never runs, so it never sees the host's files. The pod's
+		// worker retries every 2 s (its resync): 5 s span two retries.
+		holdsFor(t, 5*time.Second, "the container with the escaping subPath never runs", func() (bool, string) {
+			got, err := getPod(c, "subpath-escape")
+			if err != nil {
+				return false, err.Error()
+			}
+			cs := statusOf(got, "look")
+			return got.Status.Phase == corev1.PodPending && cs != nil && cs.State.Waiting != nil && cs.LastTerminationState.Terminated == nil,
+				"the container with the escaping subPath ran: " + describe(got)
+		})
 	})
 
 	t.Run("a subPath through a symlink inside the volume is mounted", func(t *testing.T) {

@@ -204,6 +204,22 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool
 	t.Fatalf("timed out after %v waiting for %s; last state: %s", timeout, what, last)
 }
 
+// holdsFor checks cond every 100 ms for window and fails as soon as it does not hold. Call it
+// after a positive signal that the scheduler saw the change, with the reason the window suffices.
+func holdsFor(t testing.TB, window time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(window)
+	for {
+		if ok, state := cond(); !ok {
+			t.Fatalf("%s stopped holding: %s", what, state)
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func scheduledCondition(p *corev1.Pod) *corev1.PodCondition {
 	for i := range p.Status.Conditions {
 		if p.Status.Conditions[i].Type == corev1.PodScheduled {

@@ -81,6 +81,7 @@ const (
 	networkingGroup   = "networking.k8s.io"
 	storageGroup      = "storage.k8s.io"
 	metricsGroup      = "metrics.k8s.io"
+	policyGroup       = "policy"
 	flotillaGroup     = "flotilla.dev"
 )
 
@@ -230,6 +231,13 @@ var controllerPolicies = map[string][]rbacv1.PolicyRule{
 	"nodelifecycle": {
 		rule(verbs("update"), coreGroup, "nodes", "nodes/status"),
 		rule(verbs("delete", "get"), coreGroup, "pods"),
+	},
+	// disruption/sync.go: UpdateStatus of PodDisruptionBudgets; the scale subresource Get of
+	// a pod's controller that is not a ReplicaSet, Deployment or StatefulSet (those come from
+	// the shared informers), whatever its group (the RESTMapper resolves the kind).
+	"disruption": {
+		rule(verbs("update"), policyGroup, "poddisruptionbudgets/status"),
+		rule(verbs("get"), "*", "*/scale"),
 	},
 	// reconciler/scheduler: pods Bind (pods/binding), Patch of pods/status (PodScheduled
 	// False), Patch of the claims of pods waiting for a consumer (selected node).

@@ -13,7 +13,7 @@ import (
 // hostControllers are the controllers the hosts run (controllerList of nodes/host).
 var hostControllers = []string{"gitsync", "replicaset", "deployment", "statefulset", "daemonset", "job", "cronjob",
 	"podautoscaler", "servicelb", "volumebinding", "localvolume", "serviceaccount", "unenforced", "garbagecollector",
-	"endpointslice", "nodelifecycle", "scheduler", "nodeipam", "namespace"}
+	"endpointslice", "nodelifecycle", "scheduler", "nodeipam", "namespace", "disruption"}
 
 func TestControllerNames(t *testing.T) {
 	names := ControllerNames()
@@ -251,6 +251,10 @@ func TestComponentCalls(t *testing.T) {
 			{"update", core, "nodes", "", "h1"}, {"update", core, "nodes/status", "", "h1"},
 			{"get", core, "pods", "ns1", "p"}, {"delete", core, "pods", "ns1", "p"},
 		},
+		ControllerUser("disruption"): {
+			{"update", "policy", "poddisruptionbudgets/status", "ns1", "pdb"},
+			{"get", apps, "deployments/scale", "ns1", "d"}, {"get", "example.com", "widgets/scale", "ns1", "w"},
+		},
 		SchedulerUser: {
 			{"create", core, "pods/binding", "ns1", "p"}, {"patch", core, "pods/status", "ns1", "p"},
 			{"patch", core, "persistentvolumeclaims", "ns1", "c"},
@@ -351,6 +355,10 @@ func TestComponentLimits(t *testing.T) {
 		{"unenforced reads", ctrl("unenforced"), call{"get", core, "pods", "ns1", "p"}, false},
 		{"servicelb updates services", ctrl("servicelb"), call{"update", core, "services", "ns1", "s"}, false},
 		{"nodelifecycle evicts through the subresource", ctrl("nodelifecycle"), call{"create", core, "pods/eviction", "ns1", "p"}, false},
+		{"disruption updates budgets", ctrl("disruption"), call{"update", "policy", "poddisruptionbudgets", "ns1", "pdb"}, false},
+		{"disruption updates scale", ctrl("disruption"), call{"update", apps, "deployments/scale", "ns1", "d"}, false},
+		{"disruption evicts", ctrl("disruption"), call{"create", core, "pods/eviction", "ns1", "p"}, false},
+		{"disruption gets pods itself", ctrl("disruption"), call{"get", core, "pods", "ns1", "p"}, false},
 		{"podautoscaler updates deployments", ctrl("podautoscaler"), call{"update", apps, "deployments", "ns1", "d"}, false},
 		{"podautoscaler reads node metrics", ctrl("podautoscaler"), call{"list", "metrics.k8s.io", "nodes", "", ""}, false},
 		{"garbagecollector creates", ctrl("garbagecollector"), call{"create", core, "pods", "ns1", ""}, false},

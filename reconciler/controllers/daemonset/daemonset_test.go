@@ -412,15 +412,22 @@ func TestDaemonSet(t *testing.T) {
 			}
 			return doubled == 1 && len(got) == 3, nil
 		})
-		time.Sleep(time.Second) // no second surge pod while the first is unready
-		got, _ := podsByNode(client, ns)
-		total := 0
-		for _, ps := range got {
-			total += len(ps)
-		}
-		if total != 4 {
-			t.Errorf("%d pods during the surge, want 4", total)
-		}
+		// The controller has written the status of the new template.
+		controllertest.Eventually(t, 30*time.Second, "observedGeneration of the new template", func() (bool, error) {
+			ds := getDS(t, client, ns, "agent")
+			return ds.Status.ObservedGeneration == ds.Generation, nil
+		})
+		// No second surge pod while the first is unready. The controller has no periodic
+		// resync: the surge pod's add event and the status write each sync the DaemonSet again
+		// within milliseconds, so a second surge pod would appear well within a second.
+		controllertest.Consistently(t, time.Second, "4 pods during the surge", func() (bool, error) {
+			got, err := podsByNode(client, ns)
+			total := 0
+			for _, ps := range got {
+				total += len(ps)
+			}
+			return total == 4, err
+		})
 		controllertest.Kubelet(t, client, ns, 100*time.Millisecond, nil)
 		a.MustKubectl("", "rollout", "status", "ds/agent", "-n", ns, "--timeout=60s")
 		waitNodes(t, client, ns, all...)
@@ -437,13 +444,21 @@ func TestDaemonSet(t *testing.T) {
 		waitStatus(t, client, ns, "agent", status(3, 3, 3, 3, 3, 0))
 		a.MustKubectl("", "set", "image", "ds/agent", "-n", ns, "app=example.com/agent:v2")
 		waitStatus(t, client, ns, "agent", status(3, 3, 3, 0, 3, 0))
-		time.Sleep(time.Second)
-		after := waitNodes(t, client, ns, all...)
-		for n, p := range after {
-			if p.UID != before[n].UID {
-				t.Errorf("node %s: pod replaced under OnDelete", n)
+		// The status of the new generation is written by the sync that would have replaced pods,
+		// and its write syncs once more within milliseconds: a second covers both.
+		controllertest.Consistently(t, time.Second, "the old pods kept under OnDelete", func() (bool, error) {
+			got, err := podsByNode(client, ns)
+			if err != nil {
+				return false, err
 			}
-		}
+			for _, n := range all {
+				if len(got[n]) != 1 || got[n][0].UID != before[n].UID {
+					return false, fmt.Errorf("node %s: pods %d, pod replaced under OnDelete", n, len(got[n]))
+				}
+			}
+			return true, nil
+		})
+		after := waitNodes(t, client, ns, all...)
 		victim := after["edge-1"]
 		if err := client.CoreV1().Pods(ns).Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)

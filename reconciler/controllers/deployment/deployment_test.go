@@ -321,10 +321,15 @@ func TestDeployment(t *testing.T) {
 			return c != nil && c.Status == corev1.ConditionUnknown && c.Reason == "DeploymentPaused" && c.Message == "Deployment is paused" &&
 				d.Status.ObservedGeneration == d.Generation, nil
 		})
-		time.Sleep(time.Second)
-		if n := len(ownedRSs(t, client, ns, name)); n != 1 {
-			t.Errorf("%d replica sets while paused, want 1", n)
-		}
+		// observedGeneration of the new template is written by a sync that would have created
+		// the new replica set before it; its status write syncs once more within milliseconds,
+		// so a second covers that too.
+		controllertest.Consistently(t, time.Second, "one replica set while paused", func() (bool, error) {
+			if n := len(ownedRSs(t, client, ns, name)); n != 1 {
+				return false, fmt.Errorf("%d replica sets while paused, want 1", n)
+			}
+			return true, nil
+		})
 		a.MustKubectl("", "rollout", "resume", "deploy/"+name, "-n", ns)
 		rolloutStatus(t, a, ns, name)
 		a.MustKubectl("", "set", "image", "deploy/"+name, "-n", ns, "app=example.com/app:v3")

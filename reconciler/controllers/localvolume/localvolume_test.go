@@ -2,6 +2,7 @@ package localvolume_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -34,6 +36,25 @@ func newClaim(name string, class *string, node string) *corev1.PersistentVolumeC
 		c.Annotations = map[string]string{volumebinding.AnnSelectedNode: node}
 	}
 	return c
+}
+
+// waitClaimEvent waits for an event of volumebinding about claim ns/name: a sign that the
+// controllers' shared claim informer has delivered the claim.
+func waitClaimEvent(t *testing.T, client kubernetes.Interface, ns, name string) {
+	t.Helper()
+	controllertest.Eventually(t, 30*time.Second, "an event of "+volumebinding.Component+" about claim "+name, func() (bool, error) {
+		evs, err := client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String()})
+		if err != nil {
+			return false, err
+		}
+		for _, ev := range evs.Items {
+			if ev.Source.Component == volumebinding.Component {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }
 
 // waitBound waits until the claim is Bound to pvc-<uid> and that volume is Bound.
@@ -90,11 +111,16 @@ func TestLocalProvisioning(t *testing.T) {
 		if got := ptr.Deref(claim.Spec.StorageClassName, "<nil>"); got != localvolume.ClassName {
 			t.Fatalf("storageClassName = %s, want the default %s", got, localvolume.ClassName)
 		}
-		// Nothing is provisioned before the scheduler picks a node.
-		time.Sleep(time.Second)
-		if _, err := client.CoreV1().PersistentVolumes().Get(ctx, localvolume.VolumeName(claim), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Fatalf("volume exists before a node was selected (err %v)", err)
-		}
+		// Nothing is provisioned before the scheduler picks a node. volumebinding's event shows
+		// the claim reached the shared claim informer, which hands it to localvolume at the same
+		// time; its sync takes milliseconds, so a second is ample.
+		waitClaimEvent(t, client, ns, claim.Name)
+		controllertest.Consistently(t, time.Second, "no volume before a node was selected", func() (bool, error) {
+			if _, err := client.CoreV1().PersistentVolumes().Get(ctx, localvolume.VolumeName(claim), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false, fmt.Errorf("volume exists before a node was selected (err %v)", err)
+			}
+			return true, nil
+		})
 		// Play the scheduler.
 		claim.Annotations = map[string]string{volumebinding.AnnSelectedNode: "edge-a"}
 		if _, err := claims.Update(ctx, claim, metav1.UpdateOptions{}); err != nil {
@@ -154,12 +180,15 @@ func TestLocalProvisioning(t *testing.T) {
 			cur, err := client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
 			return err == nil && cur.Status.Phase == corev1.VolumeReleased, err
 		})
-		// Retain: the volume stays Released.
-		time.Sleep(2 * time.Second)
-		cur, err := client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
-		if err != nil || cur.Status.Phase != corev1.VolumeReleased || cur.DeletionTimestamp != nil {
-			t.Fatalf("retained volume: %v phase %v", err, cur)
-		}
+		// Retain: the volume stays Released. localvolume gets the phase change from the same
+		// shared volume informer that showed it here and decides in milliseconds: 2 s is ample.
+		controllertest.Consistently(t, 2*time.Second, "retained volume stays Released", func() (bool, error) {
+			cur, err := client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+			if err != nil || cur.Status.Phase != corev1.VolumeReleased || cur.DeletionTimestamp != nil {
+				return false, fmt.Errorf("retained volume: %v phase %v", err, cur)
+			}
+			return true, nil
+		})
 	})
 
 	t.Run("class of another provisioner is ignored", func(t *testing.T) {
@@ -171,10 +200,15 @@ func TestLocalProvisioning(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * time.Second)
-		if _, err := client.CoreV1().PersistentVolumes().Get(ctx, localvolume.VolumeName(claim), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Fatalf("volume provisioned for a class of another provisioner (err %v)", err)
-		}
+		// volumebinding's event shows the claim reached the shared claim informer, which hands
+		// it to localvolume at the same time; its sync takes milliseconds, so 2 s is ample.
+		waitClaimEvent(t, client, ns, claim.Name)
+		controllertest.Consistently(t, 2*time.Second, "no volume for a class of another provisioner", func() (bool, error) {
+			if _, err := client.CoreV1().PersistentVolumes().Get(ctx, localvolume.VolumeName(claim), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false, fmt.Errorf("volume provisioned for a class of another provisioner (err %v)", err)
+			}
+			return true, nil
+		})
 	})
 
 	t.Run("EnsureDefaultStorageClass is idempotent and keeps changes", func(t *testing.T) {

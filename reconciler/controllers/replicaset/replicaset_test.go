@@ -251,10 +251,18 @@ func TestReplicaSet(t *testing.T) {
 		controllertest.Eventually(t, 10*time.Second, "status replicas 3", func() (bool, error) {
 			return getRS(t, client, ns, "frontend").Status.Replicas == 3, nil
 		})
-		time.Sleep(time.Second) // a double create would show up by now
-		if n := len(events(t, client, ns, replicaset.ReasonSuccessfulCreate)); n != 1 {
-			t.Errorf("%d pods created, want exactly 1", n)
-		}
+		// Events are recorded asynchronously: wait for the one create to show.
+		controllertest.Eventually(t, 10*time.Second, "the SuccessfulCreate event", func() (bool, error) {
+			return len(events(t, client, ns, replicaset.ReasonSuccessfulCreate)) > 0, nil
+		})
+		// Each create's add event and the status write sync the set again within milliseconds:
+		// a double create and its event would show within a second.
+		controllertest.Consistently(t, time.Second, "exactly one pod created", func() (bool, error) {
+			if n := len(events(t, client, ns, replicaset.ReasonSuccessfulCreate)); n != 1 {
+				return false, fmt.Errorf("%d pods created, want exactly 1", n)
+			}
+			return true, nil
+		})
 		if pods := waitOwned(t, client, ns, rs, 3); len(pods) != 3 {
 			t.Errorf("%d pods", len(pods))
 		}

@@ -185,15 +185,23 @@ func TestStatefulSet(t *testing.T) {
 				pod, err = getPod(client, ns, name)
 				return err == nil, err
 			})
-			// The next ordinal waits for this one to be Ready.
-			time.Sleep(time.Second)
+			// The controller has counted this pod in its status.
+			controllertest.Eventually(t, 30*time.Second, fmt.Sprintf("status replicas %d", i+1), func() (bool, error) {
+				s := getSet(t, client, ns)
+				return s.Status.ObservedGeneration == s.Generation && s.Status.Replicas == int32(i+1), nil
+			})
+			// The next ordinal waits for this one to be Ready. The pod's add event syncs the set
+			// again within milliseconds, so a next pod created too early shows within a second.
 			next := fmt.Sprintf("web-%d", i+1)
-			if _, err := getPod(client, ns, next); !apierrors.IsNotFound(err) {
-				t.Fatalf("%s exists (err %v) before %s is Ready", next, err, name)
-			}
-			if _, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "www-"+next, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				t.Fatalf("claim www-%s exists (err %v) before %s is Ready", next, err, name)
-			}
+			controllertest.Consistently(t, time.Second, fmt.Sprintf("no %s before %s is Ready", next, name), func() (bool, error) {
+				if _, err := getPod(client, ns, next); !apierrors.IsNotFound(err) {
+					return false, fmt.Errorf("%s exists (err %v) before %s is Ready", next, err, name)
+				}
+				if _, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "www-"+next, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					return false, fmt.Errorf("claim www-%s exists (err %v) before %s is Ready", next, err, name)
+				}
+				return true, nil
+			})
 			checkIdentity(t, client, set, pod, i)
 			if err := controllertest.MarkReady(ctx, client, pod, time.Now()); err != nil {
 				t.Fatal(err)
@@ -347,12 +355,16 @@ func TestStatefulSet(t *testing.T) {
 			newRev = s.Status.UpdateRevision
 			return s.Status.ObservedGeneration == s.Generation && newRev != before["web-0"].rev, nil
 		})
-		time.Sleep(2 * time.Second)
-		for n, b := range before {
-			if p, err := getPod(client, ns, n); err != nil || p.UID != b.uid {
-				t.Errorf("OnDelete touched %s (err %v)", n, err)
+		// The sync that wrote the new revision would have replaced pods before writing it, and
+		// its status write syncs once more within milliseconds: 2 s cover both with margin.
+		controllertest.Consistently(t, 2*time.Second, "OnDelete leaves the pods alone", func() (bool, error) {
+			for n, b := range before {
+				if p, err := getPod(client, ns, n); err != nil || p.UID != b.uid || p.DeletionTimestamp != nil {
+					return false, fmt.Errorf("OnDelete touched %s (err %v)", n, err)
+				}
 			}
-		}
+			return true, nil
+		})
 		if out, _, err := a.Kubectl("", "rollout", "status", "sts/web", "-n", ns); err == nil {
 			t.Errorf("rollout status on OnDelete succeeded: %q", out)
 		}
