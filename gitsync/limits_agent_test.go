@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -195,14 +193,10 @@ func TestSecretChangeFetchesAgainstAgent(t *testing.T) {
 // TestInsecureSourceAgainstAgent: the API refuses an http:// source unless it is insecure;
 // an insecure one is fetched, with a Warning condition that says what to change.
 func TestInsecureSourceAgainstAgent(t *testing.T) {
-	requireHTTPBackend(t)
 	r := newRepo(t)
 	head := r.commit(map[string]string{"ns.yaml": nsYAML})
-	backend := &gitHTTP{root: filepath.Dir(r.dir)}
-	srv := httptest.NewServer(backend)
-	defer srv.Close()
+	url, _ := servePlain(t, r)
 	e := start(t)
-	url := srv.URL + "/" + filepath.Base(r.dir)
 	_, err := e.cctx.Dynamic.Resource(GitSourceResource).Namespace("default").Create(context.Background(), sourceObject("apps", map[string]any{"url": url}), metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "spec.url") || !strings.Contains(err.Error(), "spec.insecure") {
 		t.Fatalf("creating an http:// source: %v, want a refusal naming spec.url and spec.insecure", err)

@@ -65,6 +65,17 @@ func serveTLS(t *testing.T, r *repo, user, pass string) (string, []byte, *gitHTT
 	return srv.URL + "/" + filepath.Base(r.dir), ca, backend
 }
 
+// servePlain serves r over plain http (git-http-backend, no auth) until the test ends; it
+// returns the repository's URL and the backend.
+func servePlain(t *testing.T, r *repo) (string, *gitHTTP) {
+	t.Helper()
+	requireHTTPBackend(t)
+	backend := &gitHTTP{root: filepath.Dir(r.dir)}
+	srv := httptest.NewServer(backend)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/" + filepath.Base(r.dir), backend
+}
+
 func requireHTTPBackend(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat("/usr/lib/git-core/git-http-backend"); err != nil {
@@ -102,13 +113,9 @@ func TestFetchHTTPS(t *testing.T) {
 // TestFetchPlainHTTP: an http:// URL is refused (no request reaches the server) unless the
 // source is insecure, and credentials are never sent over it, insecure or not.
 func TestFetchPlainHTTP(t *testing.T) {
-	requireHTTPBackend(t)
 	r := newRepo(t)
 	head := r.commit(map[string]string{"ns.yaml": nsYAML})
-	backend := &gitHTTP{root: filepath.Dir(r.dir)}
-	srv := httptest.NewServer(backend)
-	defer srv.Close()
-	url := srv.URL + "/" + filepath.Base(r.dir)
+	url, backend := servePlain(t, r)
 	ref := &v1alpha1.GitRef{Branch: "main"}
 
 	_, err := Fetch(context.Background(), filepath.Join(t.TempDir(), "c"), Remote{URL: url, Ref: ref}, Limits{})

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/flotilla-dev/flotilla/nodes/host"
 )
 
 // PowerOff simulates a power loss of the host: every process of it (the agent, its
@@ -65,21 +67,8 @@ func (h *Host) processes() []int {
 			}
 		}
 	}
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-	roots = append(roots, "/sys/fs/cgroup")
-	for _, root := range roots {
-		_ = filepath.Walk(filepath.Join(root, "flotilla", h.Name), func(p string, info os.FileInfo, err error) error {
-			if err != nil || info.IsDir() || info.Name() != "cgroup.procs" {
-				return nil
-			}
-			b, _ := os.ReadFile(p)
-			for _, f := range strings.Fields(string(b)) {
-				if pid, err := strconv.Atoi(f); err == nil {
-					seen[pid] = true
-				}
-			}
-			return nil
-		})
+	for _, pid := range host.CgroupProcesses("/flotilla/" + h.Name) {
+		seen[pid] = true
 	}
 	out := make([]int, 0, len(seen))
 	for pid := range seen {

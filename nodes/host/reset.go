@@ -134,6 +134,19 @@ func killLeftovers(dataDir, parent string) int {
 			}
 		}
 	}
+	for _, pid := range CgroupProcesses(parent) {
+		pids[pid] = true
+	}
+	for pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return len(pids)
+}
+
+// CgroupProcesses lists the processes in the cgroup parent (such as "/flotilla/<host>", where
+// a host's containers run) and below it, in every cgroup hierarchy.
+func CgroupProcesses(parent string) []int {
+	seen := map[int]bool{}
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
 	roots = append(roots, "/sys/fs/cgroup")
 	for _, root := range roots {
@@ -144,14 +157,15 @@ func killLeftovers(dataDir, parent string) int {
 			b, _ := os.ReadFile(p)
 			for _, f := range strings.Fields(string(b)) {
 				if pid, err := strconv.Atoi(f); err == nil {
-					pids[pid] = true
+					seen[pid] = true
 				}
 			}
 			return nil
 		})
 	}
-	for pid := range pids {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+	out := make([]int, 0, len(seen))
+	for pid := range seen {
+		out = append(out, pid)
 	}
-	return len(pids)
+	return out
 }
