@@ -45,6 +45,9 @@ func setupKlog(level logrus.Level) error {
 		// Printf-style calls (Infof, Warningf, Errorf) would otherwise reach
 		// the sink as plain Info or Error and lose the warning severity.
 		klog.WriteKlogBuffer(writeKlogBuffer))
+	// A new configuration starts without history; what the old one held back
+	// is reported first, to the old output.
+	klogRepeats.reset()
 	return nil
 }
 
@@ -74,12 +77,29 @@ func (s *klogSink) Enabled(level int) bool {
 	return logrus.IsLevelEnabled(klogLevel(level))
 }
 
+// Info and Error drop repeats of a line (same level, component, message and
+// error, whatever the other values) beyond what klogRepeats lets through.
 func (s *klogSink) Info(level int, msg string, kv ...any) {
-	s.entry(nil, kv).Log(klogLevel(level), msg)
+	lvl := klogLevel(level)
+	if !logrus.IsLevelEnabled(lvl) || !klogRepeats.allow(repeatKey{level: lvl, component: s.component(), msg: msg}) {
+		return
+	}
+	s.entry(nil, kv).Log(lvl, msg)
 }
 
 func (s *klogSink) Error(err error, msg string, kv ...any) {
-	s.entry(err, kv).Log(logrus.ErrorLevel, msg)
+	if !logrus.IsLevelEnabled(logrus.ErrorLevel) {
+		return
+	}
+	var errText any
+	if err != nil {
+		errText = fieldValue(err)
+	}
+	text, _ := errText.(string)
+	if !klogRepeats.allow(repeatKey{level: logrus.ErrorLevel, component: s.component(), msg: msg, err: text}) {
+		return
+	}
+	s.entry(errText, kv).Log(logrus.ErrorLevel, msg)
 }
 
 func (s *klogSink) WithValues(kv ...any) logr.LogSink {
@@ -98,19 +118,25 @@ func (s *klogSink) WithName(name string) logr.LogSink {
 	return &klogSink{name: name, fields: s.fields}
 }
 
-func (s *klogSink) entry(err error, kv []any) *logrus.Entry {
+func (s *klogSink) component() string {
+	if s.name != "" {
+		return s.name
+	}
+	return "klog"
+}
+
+// entry builds the line's fields; errText is the error's fieldValue, nil for
+// none.
+func (s *klogSink) entry(errText any, kv []any) *logrus.Entry {
 	fields := make(logrus.Fields, len(s.fields)+len(kv)/2+2)
 	for k, v := range s.fields {
 		fields[k] = v
 	}
 	addKV(fields, kv)
-	if err != nil {
-		fields[logrus.ErrorKey] = fieldValue(err)
+	if errText != nil {
+		fields[logrus.ErrorKey] = errText
 	}
-	fields[ComponentKey] = "klog"
-	if s.name != "" {
-		fields[ComponentKey] = s.name
-	}
+	fields[ComponentKey] = s.component()
 	return newEntry(fields)
 }
 
@@ -119,7 +145,9 @@ func (s *klogSink) entry(err error, kv []any) *logrus.Entry {
 // severity. The header itself is dropped: logrus writes its own timestamp.
 // The buffer does not say which V(n) let a line through, so V(n).Infof lines
 // come out at info; klog has already filtered them on -v, which Setup derives
-// from the logrus level.
+// from the logrus level. Repeats of a line (level and text after the header)
+// are limited by klogRepeats: the API server's "watch chan error: %v" comes
+// this way, once per watch.
 func writeKlogBuffer(data []byte) {
 	msg := strings.TrimRight(string(data), "\n")
 	level := logrus.InfoLevel
@@ -140,6 +168,9 @@ func writeKlogBuffer(data []byte) {
 		if i := strings.Index(msg, "] "); known && i > 0 {
 			msg = msg[i+2:]
 		}
+	}
+	if !logrus.IsLevelEnabled(level) || !klogRepeats.allow(repeatKey{level: level, component: "klog", msg: msg}) {
+		return
 	}
 	Entry("klog").Log(level, msg)
 }

@@ -174,7 +174,7 @@ func NewPodManager(client kubernetes.Interface, cfg PodConfig) *PodManager {
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	m.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: cfg.NodeName})
 	m.stats = newStatsCollector(m)
-	m.tokens = newServiceAccountTokens(client, m.log)
+	m.tokens = newServiceAccountTokens(client, m.log, m.podDir)
 	return m
 }
 

@@ -4,14 +4,18 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -127,7 +131,8 @@ func TestProjectedServiceAccountToken(t *testing.T) {
 	api := &tokenAPI{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	client := fake.NewClientset()
 	api.install(client)
-	tokens := newServiceAccountTokens(client, logrus.NewEntry(logrus.New()))
+	base := t.TempDir()
+	tokens := newServiceAccountTokens(client, logrus.NewEntry(logrus.New()), func(uid types.UID) string { return filepath.Join(base, string(uid)) })
 	tokens.now = api.clock
 	src := volumeSources{ServiceAccountToken: func(pod *corev1.Pod, p *corev1.ServiceAccountTokenProjection) ([]byte, error) {
 		return tokens.token(context.Background(), pod, p)
@@ -231,6 +236,272 @@ func TestProjectedServiceAccountToken(t *testing.T) {
 	tokens.forget(other.UID)
 	if len(tokens.failed) != 0 {
 		t.Errorf("forget left %d failures", len(tokens.failed))
+	}
+}
+
+// agentTokens is the token cache of an agent (re)started on a host whose pod directories are
+// under base, with the test's clock; its log is recorded in the hook.
+func agentTokens(api *tokenAPI, client *fake.Clientset, base string) (*serviceAccountTokens, *logtest.Hook) {
+	log, hook := logtest.NewNullLogger()
+	tokens := newServiceAccountTokens(client, logrus.NewEntry(log), func(uid types.UID) string { return filepath.Join(base, string(uid)) })
+	tokens.now = api.clock
+	return tokens, hook
+}
+
+// tokenProjection is a source of a token valid for seconds.
+func tokenProjection(seconds int64) *corev1.ServiceAccountTokenProjection {
+	return &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To(seconds)}
+}
+
+// refused is the error of a TokenRequest to an API server nothing listens on.
+func refused() error {
+	return &url.Error{Op: "Post", URL: "https://10.0.0.1:6443/api/v1/namespaces/shop/serviceaccounts/builder/token",
+		Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}
+}
+
+func reuseWarnings(hook *logtest.Hook) int {
+	n := 0
+	for _, e := range hook.AllEntries() {
+		if e.Level == logrus.WarnLevel && strings.Contains(e.Message, "reusing an unexpired") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestTokenReusedAfterRestartWhileAPIUnavailable: a token the agent obtained is on disk
+// (0600, in the pod's directory); an agent restarted while the API cannot answer hands it out
+// even past its refresh point, asks the API at every sync and says so once, and takes a new
+// token as soon as the API answers again.
+func TestTokenReusedAfterRestartWhileAPIUnavailable(t *testing.T) {
+	api := &tokenAPI{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	client := fake.NewClientset()
+	api.install(client)
+	base := t.TempDir()
+	pod, src := tokenPod("a"), tokenProjection(600)
+	ctx := context.Background()
+
+	first, _ := agentTokens(api, client, base)
+	if tok, err := first.token(ctx, pod, src); err != nil || string(tok) != "tok-1" {
+		t.Fatalf("first token = %q, %v; want tok-1", tok, err)
+	}
+	dir := filepath.Join(base, string(pod.UID), tokensDirName)
+	files, err := os.ReadDir(dir)
+	if err != nil || len(files) != 1 {
+		t.Fatalf("persisted tokens in %s: %v, %v; want one file", dir, files, err)
+	}
+	if st, err := os.Stat(filepath.Join(dir, files[0].Name())); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("token file %v, %v; want mode 600", st, err)
+	}
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("tokens directory %v, %v; want mode 700", st, err)
+	}
+
+	// The host restarts 500 s later (past 80 % of 600 s) cut off from the API.
+	api.advance(500 * time.Second)
+	api.setFail(refused())
+	restarted, hook := agentTokens(api, client, base)
+	before := api.attempts
+	for i := range 3 {
+		if tok, err := restarted.token(ctx, pod, src); err != nil || string(tok) != "tok-1" {
+			t.Fatalf("sync %d after a restart without the API: %q, %v; want tok-1 reused", i, tok, err)
+		}
+	}
+	if n := api.attempts - before; n != 3 {
+		t.Errorf("%d token requests in 3 syncs, want 3 (the API is asked at every sync)", n)
+	}
+	if n := reuseWarnings(hook); n != 1 {
+		t.Errorf("%d warnings about the reused token, want 1", n)
+	}
+
+	// Every way the API can be unavailable, for an agent restarted with it.
+	for _, unavailable := range []error{
+		&url.Error{Op: "Post", URL: "https://10.0.0.1:6443", Err: &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}},
+		&url.Error{Op: "Post", URL: "https://10.0.0.1:6443", Err: io.EOF},
+		&url.Error{Op: "Post", URL: "https://10.0.0.1:6443", Err: context.DeadlineExceeded},
+		fmt.Errorf("wrapped: %w", context.DeadlineExceeded),
+		&url.Error{Op: "Post", URL: "https://10.0.0.1:6443", Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.EHOSTUNREACH)}},
+		apierrors.NewServiceUnavailable("etcd has no quorum"),
+		apierrors.NewInternalError(fmt.Errorf("etcdserver: request timed out")),
+		apierrors.NewTimeoutError("request did not complete", 1),
+		apierrors.NewServerTimeout(schema.GroupResource{Resource: "serviceaccounts"}, "create", 1),
+		apierrors.NewTooManyRequests("slow down", 1),
+		apierrors.NewGenericServerResponse(502, "post", schema.GroupResource{Resource: "serviceaccounts"}, "builder", "", 0, true),
+	} {
+		api.setFail(unavailable)
+		tokens, _ := agentTokens(api, client, base)
+		if tok, err := tokens.token(ctx, pod, src); err != nil || string(tok) != "tok-1" {
+			t.Errorf("restart with the API failing with %v: %q, %v; want tok-1 reused", unavailable, tok, err)
+		}
+	}
+
+	// The API is back: a new token, on disk for the next restart.
+	api.setFail(nil)
+	if tok, err := restarted.token(ctx, pod, src); err != nil || string(tok) != "tok-2" {
+		t.Fatalf("token once the API answers = %q, %v; want tok-2", tok, err)
+	}
+	api.setFail(refused())
+	again, _ := agentTokens(api, client, base)
+	if tok, err := again.token(ctx, pod, src); err != nil || string(tok) != "tok-2" {
+		t.Errorf("token after another restart = %q, %v; want tok-2 from disk", tok, err)
+	}
+
+	// The agent did not restart: an unavailable API keeps the cached token too.
+	api.advance(590 * time.Second)
+	if tok, err := restarted.token(ctx, pod, src); err != nil || string(tok) != "tok-2" {
+		t.Errorf("due refresh without the API = %q, %v; want tok-2 reused", tok, err)
+	}
+}
+
+// TestTokenNotReusedWhenRequestRefused: an API that answers and refuses the request (4xx) is
+// a failure even with an unexpired token on disk or in memory.
+func TestTokenNotReusedWhenRequestRefused(t *testing.T) {
+	api := &tokenAPI{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	client := fake.NewClientset()
+	api.install(client)
+	base := t.TempDir()
+	pod, src := tokenPod("a"), tokenProjection(600)
+	ctx := context.Background()
+
+	first, _ := agentTokens(api, client, base)
+	if _, err := first.token(ctx, pod, src); err != nil {
+		t.Fatal(err)
+	}
+	api.advance(500 * time.Second)
+	for _, refusal := range []error{
+		forbidden("builder"),
+		apierrors.NewNotFound(schema.GroupResource{Resource: "serviceaccounts"}, "builder"),
+		apierrors.NewUnauthorized("token expired"),
+		apierrors.NewBadRequest("audience not allowed"),
+	} {
+		api.setFail(refusal)
+		restarted, hook := agentTokens(api, client, base)
+		if tok, err := restarted.token(ctx, pod, src); err == nil || tok != nil || !strings.Contains(err.Error(), refusal.Error()) {
+			t.Errorf("restart with the API refusing with %v: %q, %v; want that error and no token", refusal, tok, err)
+		}
+		if n := reuseWarnings(hook); n != 0 {
+			t.Errorf("%v: %d warnings about a reused token", refusal, n)
+		}
+		if tok, err := first.token(ctx, pod, src); err == nil || tok != nil {
+			t.Errorf("refresh refused with %v: %q, %v; want an error", refusal, tok, err)
+		}
+	}
+}
+
+// TestExpiredTokenNotReused: a token is handed out while the API is unavailable up to its
+// expiry, never after.
+func TestExpiredTokenNotReused(t *testing.T) {
+	api := &tokenAPI{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	client := fake.NewClientset()
+	api.install(client)
+	base := t.TempDir()
+	pod, src := tokenPod("a"), tokenProjection(600)
+	ctx := context.Background()
+
+	first, _ := agentTokens(api, client, base)
+	if _, err := first.token(ctx, pod, src); err != nil {
+		t.Fatal(err)
+	}
+	api.setFail(refused())
+	api.advance(599 * time.Second)
+	restarted, _ := agentTokens(api, client, base)
+	if tok, err := restarted.token(ctx, pod, src); err != nil || string(tok) != "tok-1" {
+		t.Fatalf("a second before expiry: %q, %v; want tok-1", tok, err)
+	}
+	api.advance(time.Second)
+	for name, tokens := range map[string]*serviceAccountTokens{"in memory": restarted, "on disk": func() *serviceAccountTokens {
+		tokens, _ := agentTokens(api, client, base)
+		return tokens
+	}()} {
+		if tok, err := tokens.token(ctx, pod, src); err == nil || tok != nil || !strings.Contains(err.Error(), "connection refused") {
+			t.Errorf("expired token %s, API unreachable: %q, %v; want the request's error", name, tok, err)
+		}
+	}
+}
+
+// TestPersistedTokenUsedAfterRestart: with the API available a restarted agent hands out the
+// token on disk while it is fresh, without a TokenRequest, and requests a new one when due;
+// each source has its own file, and forget removes them.
+func TestPersistedTokenUsedAfterRestart(t *testing.T) {
+	api := &tokenAPI{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	client := fake.NewClientset()
+	api.install(client)
+	base := t.TempDir()
+	pod, src := tokenPod("a"), tokenProjection(600)
+	vault := &corev1.ServiceAccountTokenProjection{Path: "vault/token", Audience: "vault"}
+	ctx := context.Background()
+
+	first, _ := agentTokens(api, client, base)
+	for _, p := range []*corev1.ServiceAccountTokenProjection{src, vault} {
+		if _, err := first.token(ctx, pod, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(base, string(pod.UID), tokensDirName)
+	if files, _ := os.ReadDir(dir); len(files) != 2 {
+		t.Fatalf("%d token files for two sources, want 2", len(files))
+	}
+
+	api.advance(420 * time.Second) // 70 % of 600 s
+	restarted, _ := agentTokens(api, client, base)
+	for p, want := range map[*corev1.ServiceAccountTokenProjection]string{src: "tok-1", vault: "tok-2"} {
+		if tok, err := restarted.token(ctx, pod, p); err != nil || string(tok) != want {
+			t.Errorf("%s after a restart = %q, %v; want %s", p.Path, tok, err, want)
+		}
+	}
+	if n := api.count(); n != 2 {
+		t.Fatalf("%d token requests, want 2: fresh tokens on disk need none", n)
+	}
+
+	api.advance(61 * time.Second) // past 80 %
+	if tok, err := restarted.token(ctx, pod, src); err != nil || string(tok) != "tok-3" || api.count() != 3 {
+		t.Fatalf("due token = %q, %v after %d requests; want tok-3 after 3", tok, err, api.count())
+	}
+	again, _ := agentTokens(api, client, base)
+	if tok, err := again.token(ctx, pod, src); err != nil || string(tok) != "tok-3" || api.count() != 3 {
+		t.Errorf("after another restart = %q, %v after %d requests; want tok-3 from disk", tok, err, api.count())
+	}
+
+	// Another pod's token is not this pod's.
+	other := tokenPod("b")
+	if tok, err := again.token(ctx, other, src); err != nil || string(tok) != "tok-4" {
+		t.Errorf("another pod's token = %q, %v; want tok-4", tok, err)
+	}
+
+	again.forget(pod.UID)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("tokens directory after forget: %v, want it gone", err)
+	}
+	if files, _ := os.ReadDir(filepath.Join(base, string(other.UID), tokensDirName)); len(files) != 1 {
+		t.Errorf("forget of pod a left %d token files of pod b, want 1", len(files))
+	}
+	api.setFail(refused())
+	restarted, _ = agentTokens(api, client, base)
+	if tok, err := restarted.token(ctx, pod, src); err == nil {
+		t.Errorf("token of a forgotten pod without the API = %q, want an error", tok)
+	}
+}
+
+// TestUnreadablePersistedToken: a damaged token file is no token.
+func TestUnreadablePersistedToken(t *testing.T) {
+	api := &tokenAPI{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	client := fake.NewClientset()
+	api.install(client)
+	base := t.TempDir()
+	pod, src := tokenPod("a"), tokenProjection(600)
+	ctx := context.Background()
+
+	first, _ := agentTokens(api, client, base)
+	if _, err := first.token(ctx, pod, src); err != nil {
+		t.Fatal(err)
+	}
+	path := first.tokenFile(tokenKey{uid: pod.UID, serviceAccount: "builder", expirationSeconds: 600})
+	if err := os.WriteFile(path, []byte(`{"token":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	restarted, _ := agentTokens(api, client, base)
+	if tok, err := restarted.token(ctx, pod, src); err != nil || string(tok) != "tok-2" {
+		t.Errorf("token with a damaged file = %q, %v; want tok-2 requested", tok, err)
 	}
 }
 

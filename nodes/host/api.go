@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"path/filepath"
 	"time"
@@ -12,13 +13,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/flotilla-dev/flotilla/gitsync"
 	"github.com/flotilla-dev/flotilla/internal/logging"
-	"github.com/flotilla-dev/flotilla/nodes/agent"
 	"github.com/flotilla-dev/flotilla/nodes/membership"
+	"github.com/flotilla-dev/flotilla/proxy/dns"
+	"github.com/flotilla-dev/flotilla/proxy/ingress"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 	"github.com/flotilla-dev/flotilla/reconciler/etcd"
@@ -37,9 +38,6 @@ func (h *Host) startAPI() error {
 	// The storage's etcd clients retry through every blip of a member; their warnings are
 	// noise, their errors are not.
 	apiserver.SetStorageEtcdClientLogger(logging.ZapAtLeast("etcd-client", logrus.ErrorLevel))
-	if err := h.issueIdentities(); err != nil {
-		return err
-	}
 	saKey, redactionKey, err := h.siteKeys()
 	if err != nil {
 		return err
@@ -77,9 +75,6 @@ func (h *Host) startAPI() error {
 	if h.apiClient, err = kubernetes.NewForConfig(server.Loopback); err != nil {
 		return err
 	}
-	if h.client, err = kubernetes.NewForConfig(h.ids.node); err != nil {
-		return err
-	}
 	if err := h.waitReady(); err != nil {
 		return err
 	}
@@ -101,11 +96,6 @@ func (h *Host) startAPI() error {
 		h.log.WithError(err).Warn("publish gossip metadata")
 	}
 	h.log.WithFields(logrus.Fields{"kubeconfig": h.Kubeconfig(), "startup": time.Since(start).Round(time.Millisecond)}).Info("API ready")
-
-	// No subsystem reads managedFields from its cache: dropping them halves what some
-	// objects cost to hold (an update that omits them keeps the stored ones).
-	h.informers = informers.NewSharedInformerFactoryWithOptions(h.client, 0, informers.WithTransform(dropManagedFields))
-	h.podInformers = agent.NodePodInformerFactory(h.client, c.Name, informers.WithTransform(dropManagedFields))
 	return nil
 }
 
@@ -116,9 +106,17 @@ func dropManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// waitReady polls /readyz until the API server answers ok.
+// waitReady polls /readyz until the API server answers ok: for two minutes on a new host,
+// for as long as it takes on a host that resumed from its checkpoint (its etcd may wait
+// for a quorum of voters while the host serves from what it had).
 func (h *Host) waitReady() error {
-	return wait.PollUntilContextTimeout(h.runCtx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	ctx := h.runCtx
+	if !h.resume {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+	}
+	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		select {
 		case <-h.apiStopped:
 			return false, fmt.Errorf("API server stopped before it was ready: %w", h.apiErr)
@@ -134,6 +132,12 @@ func (h *Host) waitReady() error {
 // --git-webhook-secret-file).
 func (h *Host) startSite() error {
 	go runKubernetesService(h.runCtx, h.apiClient, firstIP(h.vopts.ServiceCIDR), int32(h.cfg.APIPort))
+	if h.cfg.Proxy {
+		go h.retry("ensure Service kube-system/kube-dns", func(ctx context.Context) error {
+			return dns.EnsureService(ctx, h.apiClient, net.ParseIP(h.cfg.ClusterDNS))
+		})
+		go h.retry("ensure IngressClass flotilla", func(ctx context.Context) error { return ingress.EnsureClass(ctx, h.apiClient) })
+	}
 	h.runEtcdMembership()
 	if h.cfg.GitURL == "" {
 		return nil

@@ -139,9 +139,6 @@ func (h *Host) etcdConfig() etcd.Config {
 // startEtcd issues the certificates, prepares a restarted host (see etcd.PlanRestart),
 // starts the member when this host is a voter and connects the client.
 func (h *Host) startEtcd() error {
-	if err := h.issueCerts(); err != nil {
-		return err
-	}
 	if h.initialCluster == "" && !h.bootstrap {
 		if err := h.lifecycle.Restart(h.runCtx, h.state, h.gossipJoined); err != nil {
 			return err
@@ -150,7 +147,14 @@ func (h *Host) startEtcd() error {
 	h.state.PeerURL = h.peerURL.String()
 	servers := h.state.ClientURLs
 	if h.state.Member {
-		m, err := etcd.Start(h.runCtx, h.etcdConfig())
+		cfg := h.etcdConfig()
+		if h.resume {
+			// The pods run already; the member waits for a quorum however long the host is
+			// cut off.
+			cfg.ReadyTimeout = -1
+			h.log.Info("etcd member starting: it serves once a quorum of voters is reachable")
+		}
+		m, err := etcd.Start(h.runCtx, cfg)
 		if err != nil {
 			return err
 		}

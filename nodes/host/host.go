@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/flotilla-dev/flotilla/nodes/checkpoint"
 	"github.com/flotilla-dev/flotilla/nodes/membership"
 	"github.com/flotilla-dev/flotilla/nodes/runtime"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
@@ -79,6 +80,12 @@ type Host struct {
 	// watches only the pods bound to this host. Every subsystem of the host registers with
 	// these, so each kind is watched once per host.
 	informers, podInformers informers.SharedInformerFactory
+	// dnsPodInformers holds every Pod of the site, slimmed, for cluster DNS.
+	dnsPodInformers informers.SharedInformerFactory
+	// checkpoints keeps those informers' caches on disk; resume is set when the host
+	// starts from them (it has run before).
+	checkpoints *checkpoint.Dir
+	resume      bool
 
 	rt *runtime.Runtime
 
@@ -105,26 +112,38 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		apiStopped: make(chan struct{}), joinErr: make(chan error, 1)}
 	h.log = logrus.WithField("host", cfg.Name)
 	h.runCtx, h.cancel = context.WithCancel(ctx)
-	phases := []phase{
-		{"pki", h.startPKI},
-		{"membership", h.startMembership},
-		{"etcd", h.startEtcd},
-		{"api", h.startAPI},
-		{"node agent", h.startNodeAgent},
-		{"proxy", h.startProxy},
-		{"site", h.startSite},
-		{"controllers", h.startControllers},
-	}
-	for _, p := range phases {
-		start := time.Now()
-		if err := p.run(); err != nil {
-			h.Close()
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+	run := func(phases ...phase) error {
+		for _, p := range phases {
+			start := time.Now()
+			if err := p.run(); err != nil {
+				h.Close()
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("start %s: %w", p.name, err)
 			}
-			return nil, fmt.Errorf("start %s: %w", p.name, err)
+			h.log.WithFields(logrus.Fields{"phase": p.name, "took": time.Since(start).Round(time.Millisecond)}).Debug("phase started")
 		}
-		h.log.WithFields(logrus.Fields{"phase": p.name, "took": time.Since(start).Round(time.Millisecond)}).Debug("phase started")
+		return nil
+	}
+	if err := run(phase{"pki", h.startPKI}); err != nil {
+		return nil, err
+	}
+	// A host that has run before starts its pods and proxies from its checkpoint before it
+	// waits for the site (an etcd quorum): cut off, it serves what it last knew; a new host
+	// has nothing to serve before the API answers.
+	h.resume = h.state != nil && checkpoint.Exists(h.checkpointDir())
+	site := []phase{{"etcd", h.startEtcd}, {"api", h.startAPI}}
+	local := []phase{{"node agent", h.startNodeAgent}, {"proxy", h.startProxy}}
+	phases := []phase{{"membership", h.startMembership}, {"identities", h.startIdentities}}
+	if h.resume {
+		phases = append(append(phases, local...), site...)
+	} else {
+		phases = append(append(phases, site...), local...)
+	}
+	phases = append(phases, phase{"site", h.startSite}, phase{"controllers", h.startControllers})
+	if err := run(phases...); err != nil {
+		return nil, err
 	}
 	go h.supervise()
 	return h, nil

@@ -12,7 +12,6 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/component-base/version"
 
@@ -63,11 +62,15 @@ func (h *Host) startNodeAgent() error {
 	return nil
 }
 
-// waitPodCIDR waits until the leader has given this host's Node a pod CIDR.
+// waitPodCIDR waits until the leader has given this host's Node a pod CIDR. It reads the
+// host's Node cache, which a resumed host has from its checkpoint.
 func (h *Host) waitPodCIDR() (string, error) {
+	nodes := h.informers.Core().V1().Nodes()
+	nodes.Informer()
+	h.informers.Start(h.runCtx.Done())
 	var cidr string
 	err := wait.PollUntilContextCancel(h.runCtx, time.Second, true, func(ctx context.Context) (bool, error) {
-		n, err := h.client.CoreV1().Nodes().Get(ctx, h.cfg.Name, metav1.GetOptions{})
+		n, err := nodes.Lister().Get(h.cfg.Name)
 		if err != nil {
 			return false, nil
 		}
@@ -156,14 +159,12 @@ func (h *Host) startProxy() error {
 	}()
 	dnsIP := net.ParseIP(c.ClusterDNS)
 	go func() {
-		h.retry("ensure Service kube-system/kube-dns", func(ctx context.Context) error { return dns.EnsureService(ctx, h.apiClient, dnsIP) })
-		err := dns.Run(ctx, h.client, dns.Config{ListenIP: dnsIP, Log: logrus.WithField("component", "dns"), Informers: h.informers})
+		err := dns.Run(ctx, h.client, dns.Config{ListenIP: dnsIP, Log: logrus.WithField("component", "dns"), Informers: h.informers, PodInformers: h.dnsPodInformers})
 		if err != nil && ctx.Err() == nil {
 			log.WithError(err).Error("cluster DNS stopped")
 		}
 	}()
 	go func() {
-		h.retry("ensure IngressClass flotilla", func(ctx context.Context) error { return ingress.EnsureClass(ctx, h.apiClient) })
 		httpsAddr := ""
 		if c.IngressHTTPSPort > 0 {
 			httpsAddr = net.JoinHostPort(c.ListenAddress, strconv.Itoa(c.IngressHTTPSPort))

@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"sync"
 
@@ -153,7 +155,9 @@ func (n *Network) runtimeConf(uid, namespace, name, nsPath string) *libcni.Runti
 // SetupPod gives the pod a sandbox attached to the pod network and returns it. It is
 // idempotent: a pod that has a sandbox gets it back with the same IP. A sandbox whose setup
 // was cut short (agent killed) is detached and attached again; a leftover whose namespace is
-// gone (host rebooted) is released and made anew.
+// gone (host rebooted) is released and made anew, with the address it had before if that is
+// still free, so that EndpointSlices, DNS and routes written before the reboot stay right
+// while the host cannot reach the API.
 func (n *Network) SetupPod(ctx context.Context, uid, namespace, name string) (PodNetwork, error) {
 	if err := checkUID(uid); err != nil {
 		return PodNetwork{}, fmt.Errorf("set up pod network: %w", err)
@@ -162,6 +166,7 @@ func (n *Network) SetupPod(ctx context.Context, uid, namespace, name string) (Po
 	path := n.netnsPath(uid)
 	rt := n.runtimeConf(uid, namespace, name, path)
 	log := n.log.WithFields(logrus.Fields{"pod": namespace + "/" + name, "uid": uid})
+	var prevIP net.IP // the address of a sandbox lost to a reboot, to ask for again
 	if isNetNS(path) {
 		if pn, ok := n.cached(rt); ok {
 			return pn, nil
@@ -172,7 +177,15 @@ func (n *Network) SetupPod(ctx context.Context, uid, namespace, name string) (Po
 		}
 	} else {
 		if _, err := os.Lstat(path); err == nil {
-			log.Warn("pod sandbox namespace is gone (host restarted?): releasing its address and making a new one")
+			// Read before the release: CNI DEL drops the cached result.
+			if prev, ok := n.cached(rt); ok {
+				prevIP = n.reusableIP(prev.IPs, log)
+			}
+			if prevIP != nil {
+				log.WithField("previousIP", prevIP).Warn("pod sandbox namespace is gone (host restarted?): making it anew with the same address")
+			} else {
+				log.Warn("pod sandbox namespace is gone (host restarted?): releasing its address and making a new one")
+			}
 			if err := n.release(ctx, uid, namespace, name); err != nil {
 				return PodNetwork{}, fmt.Errorf("set up pod network of %s/%s: %w", namespace, name, err)
 			}
@@ -181,19 +194,66 @@ func (n *Network) SetupPod(ctx context.Context, uid, namespace, name string) (Po
 			return PodNetwork{}, fmt.Errorf("set up pod network of %s/%s: %w", namespace, name, err)
 		}
 	}
-	res, err := n.cni.AddNetworkList(ctx, n.list, rt)
-	if err == nil {
-		var pn PodNetwork
-		if pn, err = podNetworkFrom(res, path); err == nil {
-			log.WithField("ips", pn.IPs).Info("pod network set up")
+	if prevIP != nil {
+		pn, err := n.attach(ctx, withRequestedIP(rt, prevIP))
+		if err == nil {
+			log.WithField("ips", pn.IPs).Info("pod network set up again with its previous address")
 			return pn, nil
 		}
+		// Never fail the pod for its old address (taken meanwhile): a new one will do. The failed
+		// attempt may have left a veth in the namespace, so start again from nothing.
+		log.WithError(err).WithField("previousIP", prevIP).Warn("pod cannot have its previous address back: allocating a new one")
+		if err := n.release(ctx, uid, namespace, name); err != nil {
+			return PodNetwork{}, fmt.Errorf("set up pod network of %s/%s: clean up the attempt with the previous address: %w", namespace, name, err)
+		}
+		if err := createNetNS(path); err != nil {
+			return PodNetwork{}, fmt.Errorf("set up pod network of %s/%s: %w", namespace, name, err)
+		}
+	}
+	pn, err := n.attach(ctx, rt)
+	if err == nil {
+		log.WithField("ips", pn.IPs).Info("pod network set up")
+		return pn, nil
 	}
 	// Leave nothing half made: the address goes back to the pool, the namespace away.
 	if rerr := n.release(context.WithoutCancel(ctx), uid, namespace, name); rerr != nil {
 		log.WithError(rerr).Warn("clean up after a failed pod network setup")
 	}
 	return PodNetwork{}, fmt.Errorf("set up pod network of %s/%s: %w", namespace, name, err)
+}
+
+// attach runs CNI ADD on the sandbox at rt.NetNS.
+func (n *Network) attach(ctx context.Context, rt *libcni.RuntimeConf) (PodNetwork, error) {
+	res, err := n.cni.AddNetworkList(ctx, n.list, rt)
+	if err != nil {
+		return PodNetwork{}, err
+	}
+	return podNetworkFrom(res, rt.NetNS)
+}
+
+// reusableIP picks, of a lost sandbox's addresses, the one to ask host-local for again: the
+// first inside this host's pod CIDR and not its gateway. host-local 1.1.1 takes a single IP in
+// CNI_ARGS, and the conflist has a single range, so one is all a pod has. Nil if none fits
+// (the pod CIDR changed): asking would only fail.
+func (n *Network) reusableIP(ips []net.IP, log *logrus.Entry) net.IP {
+	for _, ip := range ips {
+		a, ok := netip.AddrFromSlice(ip)
+		if ok && n.p.podCIDR.Contains(a.Unmap()) && a.Unmap() != n.p.gateway {
+			return ip
+		}
+	}
+	if len(ips) > 0 {
+		log.WithField("previousIPs", ips).Warn("pod's previous address is outside the pod CIDR (changed?): allocating a new one")
+	}
+	return nil
+}
+
+// withRequestedIP is rt asking host-local for ip (CNI_ARGS IP=; the other plugins ignore it
+// under IgnoreUnknown). Only for the re-attachment after a reboot: rt is left as it was.
+func withRequestedIP(rt *libcni.RuntimeConf, ip net.IP) *libcni.RuntimeConf {
+	c := *rt
+	c.Args = append(slices.Clone(rt.Args), [2]string{"IP", ip.String()})
+	return &c
 }
 
 // cached returns the sandbox recorded by a finished ADD.

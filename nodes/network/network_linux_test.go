@@ -483,8 +483,8 @@ func leases(t *testing.T, stateDir string) []string {
 }
 
 // TestSandboxRecoveryAndConcurrency: 20 pods set up at once get distinct addresses; a sandbox
-// whose namespace vanished (host reboot) and one whose attachment never finished (agent killed)
-// are both repaired by SetupPod without leaking an address; teardown of everything leaves no
+// whose namespace vanished (host reboot; it keeps its address) and one whose attachment never
+// finished (agent killed) are both repaired by SetupPod without leaking an address; teardown of everything leaves no
 // lease.
 func TestSandboxRecoveryAndConcurrency(t *testing.T) {
 	requireNetAdmin(t)
@@ -550,6 +550,9 @@ func TestSandboxRecoveryAndConcurrency(t *testing.T) {
 	if got := len(leases(t, cfg.StateDir)); got != pods {
 		t.Errorf("%d leases after repairing one sandbox of %d: old address %s leaked (new %s)", got, pods, old.IPs[0], fresh.IPs[0])
 	}
+	if !fresh.IPs[0].Equal(old.IPs[0]) {
+		t.Errorf("repaired sandbox has %s, want its old address %s back", fresh.IPs[0], old.IPs[0])
+	}
 
 	// Agent killed after making the namespace, before the CNI ADD finished.
 	bare := filepath.Join(cfg.StateDir, "netns", "uid-bare")
@@ -576,5 +579,163 @@ func TestSandboxRecoveryAndConcurrency(t *testing.T) {
 	}
 	if err := n.TeardownPod(ctx, "../etc"); err == nil {
 		t.Errorf("TeardownPod accepted a UID with a path in it")
+	}
+}
+
+// loseNamespaces does to the pod sandboxes at paths what a host restart (or `flotilla reset`)
+// does: their namespaces go, and the veths with them, while the bind-mount files, the CNI cache
+// and the leases stay.
+func loseNamespaces(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
+			t.Fatalf("unmount %s: %v", p, err)
+		}
+		if _, err := os.Lstat(p); err != nil {
+			t.Fatalf("netns file %s must stay: %v", p, err)
+		}
+	}
+}
+
+func setupPods(t *testing.T, n *network.Network, uids ...string) map[string]network.PodNetwork {
+	t.Helper()
+	out := map[string]network.PodNetwork{}
+	for _, uid := range uids {
+		pn, err := n.SetupPod(context.Background(), uid, "default", "p-"+uid)
+		if err != nil {
+			t.Fatalf("setup %s: %v", uid, err)
+		}
+		if len(pn.IPs) != 1 {
+			t.Fatalf("setup %s: IPs %v, want one", uid, pn.IPs)
+		}
+		out[uid] = pn
+	}
+	return out
+}
+
+// TestPodKeepsIPAcrossReboot: after a host restart (namespaces and bridge gone, a new agent on
+// the same state dir) every pod gets its sandbox back with the address it had, whatever order
+// the pods come back in and though a new pod was set up first, and the pods reach each other.
+func TestPodKeepsIPAcrossReboot(t *testing.T) {
+	requireNetAdmin(t)
+	host := newHost(t, randID(t), "a")
+	cfg := network.Config{PodCIDR: "10.244.248.0/24", StateDir: t.TempDir()}
+	n := startNetwork(t, host, cfg)
+	ctx := context.Background()
+	before := setupPods(t, n, "uid-a", "uid-b", "uid-c")
+
+	loseNamespaces(t, before["uid-a"].NetNSPath, before["uid-b"].NetNSPath, before["uid-c"].NetNSPath)
+	nl := nlAt(t, host)
+	br, err := nl.LinkByName(network.DefaultBridge)
+	if err == nil {
+		err = nl.LinkDel(br)
+	}
+	if err != nil {
+		t.Fatalf("delete the bridge: %v", err)
+	}
+	n = startNetwork(t, host, cfg) // the agent after the restart
+
+	// A new pod first: the old pods' leases are still held, so it gets none of their addresses.
+	newer := setupPods(t, n, "uid-d")["uid-d"]
+	for uid, pn := range before {
+		if newer.IPs[0].Equal(pn.IPs[0]) {
+			t.Fatalf("new pod got %s, the address of %s before the reboot", newer.IPs[0], uid)
+		}
+	}
+	after := setupPods(t, n, "uid-c", "uid-a", "uid-b")
+	for uid, pn := range before {
+		if !after[uid].IPs[0].Equal(pn.IPs[0]) || after[uid].NetNSPath != pn.NetNSPath {
+			t.Errorf("%s after the reboot: %+v, want %+v", uid, after[uid], pn)
+		}
+	}
+	if l := leases(t, cfg.StateDir); len(l) != 4 {
+		t.Errorf("leases %v, want 4 (a, b, c, d)", l)
+	}
+	nsA := openNS(t, after["uid-a"].NetNSPath)
+	if err := ping(nsA, net.ParseIP("10.244.248.1")); err != nil {
+		t.Errorf("pod a -> gateway after the reboot: %v", err)
+	}
+	for _, uid := range []string{"uid-b", "uid-c", "uid-d"} {
+		dst := newer
+		if uid != "uid-d" {
+			dst = after[uid]
+		}
+		if err := ping(nsA, dst.IPs[0]); err != nil {
+			t.Errorf("pod a -> %s (%s) after the reboot: %v", uid, dst.IPs[0], err)
+		}
+	}
+	if again, err := n.SetupPod(ctx, "uid-a", "default", "p-uid-a"); err != nil || !again.IPs[0].Equal(before["uid-a"].IPs[0]) {
+		t.Errorf("SetupPod again after the reboot: %+v, %v", again, err)
+	}
+}
+
+// TestPodGetsNewIPWhenOldTaken: a pod whose namespace is gone and whose address went to another
+// pod meanwhile (here host-local lost its lease and, the range being full, handed it to the
+// next pod) is set up with another address, without an error; both pods work; no lease leaks.
+// A pod CIDR that changed over the restart likewise gives the pod a new address in the new one.
+func TestPodGetsNewIPWhenOldTaken(t *testing.T) {
+	requireNetAdmin(t)
+	host := newHost(t, randID(t), "a")
+	// .2 to .6: five pods fill it.
+	cfg := network.Config{PodCIDR: "10.244.248.0/29", StateDir: t.TempDir()}
+	n := startNetwork(t, host, cfg)
+	ctx := context.Background()
+	pods := setupPods(t, n, "uid-a", "uid-b", "uid-c", "uid-d", "uid-e")
+	old := pods["uid-b"].IPs[0]
+
+	loseNamespaces(t, pods["uid-b"].NetNSPath)
+	if err := os.Remove(filepath.Join(cfg.StateDir, "ipam", network.NetworkName, old.String())); err != nil {
+		t.Fatalf("drop the lease of %s: %v", old, err)
+	}
+	if err := n.TeardownPod(ctx, "uid-e"); err != nil {
+		t.Fatalf("teardown e: %v", err)
+	}
+	thief := setupPods(t, n, "uid-thief")["uid-thief"]
+	if !thief.IPs[0].Equal(old) {
+		t.Fatalf("test setup: the next pod got %s, want b's old %s", thief.IPs[0], old)
+	}
+
+	b, err := n.SetupPod(ctx, "uid-b", "default", "p-uid-b")
+	if err != nil {
+		t.Fatalf("setup b whose address is taken: %v", err)
+	}
+	if len(b.IPs) != 1 || b.IPs[0].Equal(old) || !mustCIDR(t, cfg.PodCIDR).Contains(b.IPs[0]) {
+		t.Fatalf("b after its address was taken: %v, want another one in %s", b.IPs, cfg.PodCIDR)
+	}
+	if found, ok := n.PodNetwork(ctx, "uid-b"); !ok || !found.IPs[0].Equal(b.IPs[0]) {
+		t.Errorf("PodNetwork of b: %+v, %v", found, ok)
+	}
+	nsB, nsThief := openNS(t, b.NetNSPath), openNS(t, thief.NetNSPath)
+	if err := ping(nsB, net.ParseIP("10.244.248.1")); err != nil {
+		t.Errorf("b -> gateway: %v", err)
+	}
+	if err := ping(nsB, thief.IPs[0]); err != nil {
+		t.Errorf("b -> the pod with its old address: %v", err)
+	}
+	if err := ping(nsThief, pods["uid-a"].IPs[0]); err != nil {
+		t.Errorf("the pod with b's old address -> a: %v", err)
+	}
+	if l := leases(t, cfg.StateDir); len(l) != 5 {
+		t.Errorf("leases %v, want 5 (a, b, c, d, thief)", l)
+	}
+
+	// The pod CIDR changed over a restart: the old address is outside it.
+	loseNamespaces(t, pods["uid-c"].NetNSPath)
+	nl := nlAt(t, host)
+	br, err := nl.LinkByName(network.DefaultBridge)
+	if err == nil {
+		err = nl.LinkDel(br)
+	}
+	if err != nil {
+		t.Fatalf("delete the bridge: %v", err)
+	}
+	cfg.PodCIDR = "10.244.247.0/24"
+	n = startNetwork(t, host, cfg)
+	c, err := n.SetupPod(ctx, "uid-c", "default", "p-uid-c")
+	if err != nil || len(c.IPs) != 1 || !mustCIDR(t, cfg.PodCIDR).Contains(c.IPs[0]) {
+		t.Fatalf("c after the pod CIDR changed: %+v, %v; want an address in %s", c, err, cfg.PodCIDR)
+	}
+	if err := ping(openNS(t, c.NetNSPath), net.ParseIP("10.244.247.1")); err != nil {
+		t.Errorf("c -> new gateway: %v", err)
 	}
 }

@@ -44,6 +44,10 @@ type Config struct {
 	// shared factory are kept whole (SlimObjects applies only to Run's own factory), and Run
 	// never shuts a shared factory down.
 	Informers informers.SharedInformerFactory
+	// PodInformers, when set with Informers, is the factory DNS takes every Pod from (its
+	// objects slimmed with SlimObjects by its transform); nil makes one of its own. Run
+	// starts it with ctx.
+	PodInformers informers.SharedInformerFactory
 }
 
 // withDefaults fills the zero fields; upstreams come from resolvConf when none are given.

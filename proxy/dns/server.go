@@ -55,7 +55,9 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config) error {
 		}()
 	}
 	podFactory := factory
-	if cfg.Informers != nil {
+	if cfg.Informers != nil && cfg.PodInformers != nil {
+		podFactory = cfg.PodInformers
+	} else if cfg.Informers != nil {
 		own := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(SlimObjects))
 		podFactory = own
 		defer func() {

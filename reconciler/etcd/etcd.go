@@ -33,7 +33,8 @@ type Config struct {
 	// InitialCluster lists every member ("name=peerURL,...") for a host joining an existing
 	// cluster; empty bootstraps a new one-member cluster.
 	InitialCluster string
-	// ReadyTimeout bounds how long Start waits for the member to serve.
+	// ReadyTimeout bounds how long Start waits for the member to serve (default a minute;
+	// negative: as long as ctx lasts, e.g. for a quorum of voters to come back).
 	ReadyTimeout time.Duration
 	// Logger receives etcd's logs; nil logs warnings and errors to stderr.
 	Logger *zap.Logger
@@ -99,12 +100,16 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if timeout == 0 {
 		timeout = time.Minute
 	}
+	var expired <-chan time.Time
+	if timeout > 0 {
+		expired = time.After(timeout)
+	}
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
 		e.Close()
 		return nil, fmt.Errorf("etcd member %s failed: %w", cfg.Name, err)
-	case <-time.After(timeout):
+	case <-expired:
 		e.Close()
 		return nil, fmt.Errorf("etcd member %s not ready after %s", cfg.Name, timeout)
 	case <-ctx.Done():

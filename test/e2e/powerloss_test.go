@@ -23,7 +23,8 @@ import (
 // and containers killed together; what a reboot clears, cleared) and comes back in random
 // order; then again with one host that never returns. Each time the site serves again,
 // every write acknowledged before the loss is there, and the Deployment's pods run again.
-// The times to a writable API and to the Deployment available are printed.
+// The times to a writable API and to the Deployment available are printed. First, one host
+// reboots while cut off (testRebootWhileCutOff).
 func TestPowerLoss(t *testing.T) {
 	// A short grace and eviction, so the pods of the host that stays off move within the test.
 	s, c := startPodSite(t, 3, "--default-toleration-seconds=5", "--node-monitor-grace-period="+nodeGrace.String())
@@ -46,6 +47,8 @@ func TestPowerLoss(t *testing.T) {
 		n, state := availableReplicas(c, "default", "survivor")
 		return n == 3, state
 	})
+
+	t.Run("a host rebooted while cut off serves from its checkpoint", func(t *testing.T) { testRebootWhileCutOff(t, s, c) })
 
 	for _, lost := range []int{0, 1} {
 		name := "all hosts back"
