@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 )
 
 const (
@@ -39,6 +41,15 @@ type Applier struct {
 	// EstablishTimeout bounds how long ApplyObjects waits for the CustomResourceDefinitions
 	// it applied to be established (0: DefaultEstablishTimeout).
 	EstablishTimeout time.Duration
+	// Access, when set, reviews the access of the identity Dynamic acts as (a GitSource's
+	// ServiceAccount, impersonated): Validate asks it whether that identity may create and
+	// patch the objects a dry-run cannot check where they will live, the custom resources of
+	// a CustomResourceDefinition of the revision and the objects of a namespace that does not
+	// exist yet, so that a revision with an object the identity may not change is refused
+	// whole. Nil: the Applier acts as gitsync itself, which may do anything.
+	Access authorizationv1client.SelfSubjectAccessReviewInterface
+	// User is the user name of the identity Access reviews, for messages.
+	User string
 }
 
 // DefaultEstablishTimeout is how long ApplyObjects waits by default for a
@@ -171,7 +182,8 @@ func (a *Applier) patchObject(ctx context.Context, o Object, dryRun bool, nsExis
 		ns := obj.GetNamespace()
 		if dryRun {
 			// A namespace this revision creates does not exist yet; the object's own
-			// validity does not depend on it, so check it in "default".
+			// validity does not depend on it, so check it in "default", once the
+			// identity's access to it where it will live is.
 			exists, known := nsExists.get(ns)
 			if !known {
 				_, err := a.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Get(ctx, ns, metav1.GetOptions{})
@@ -179,6 +191,9 @@ func (a *Applier) patchObject(ctx context.Context, o Object, dryRun bool, nsExis
 				nsExists.set(ns, exists)
 			}
 			if !exists {
+				if err := a.mayApply(ctx, m.Resource.GroupResource(), ns, obj.GetName()); err != nil {
+					return nil, nil, err
+				}
 				obj = obj.DeepCopy()
 				obj.SetNamespace("default")
 				ns = "default"
@@ -248,9 +263,19 @@ func parallel(n int, fn func(i int)) {
 // per failing object, in order: "file: Kind namespace/name: field: message". A custom
 // resource whose CustomResourceDefinition is in objs cannot be dry-run before that
 // definition is applied: it is checked offline against it (CRDCheck), and the definition
-// itself is checked as the server checks a new one before it is dry-run.
+// itself is checked as the server checks a new one before it is dry-run. The dry-runs are
+// made with the Applier's identity: an object it may not change fails with the API's 403
+// ("Kind namespace/name: kinds \"name\" is forbidden: User ... cannot patch ..."), as does
+// one that Access says it may not create or patch where the dry-run could not be made.
 func (a *Applier) Validate(ctx context.Context, objs []Object) []string {
+	fails, _ := a.validate(ctx, objs)
+	return fails
+}
+
+// validate is Validate that also counts the objects refused with 403 Forbidden.
+func (a *Applier) validate(ctx context.Context, objs []Object) (fails []string, forbidden int) {
 	lines := make([]string, len(objs))
+	refused := make([]bool, len(objs))
 	cache := &nsCache{m: map[string]bool{}}
 	crds := NewCRDCheck(objs)
 	parallel(len(objs), func(i int) {
@@ -258,30 +283,69 @@ func (a *Applier) Validate(ctx context.Context, objs []Object) []string {
 			return
 		}
 		o := objs[i]
-		switch {
+		var err error
+		switch gk := o.Obj.GroupVersionKind().GroupKind(); {
 		case isCRD(o):
 			if lines[i] = crds.CheckCRD(o); lines[i] != "" {
 				return
 			}
-		case crds.Defines(o.Obj.GroupVersionKind().GroupKind()):
-			lines[i] = crds.Check(ctx, o)
-			return
+		case crds.Defines(gk):
+			if err = a.mayApply(ctx, schema.GroupResource{Group: gk.Group, Resource: crds.Resource(gk)}, o.Obj.GetNamespace(), o.Obj.GetName()); err == nil {
+				lines[i] = crds.Check(ctx, o)
+				return
+			}
 		}
-		// The apply that follows answers the same warnings: they are reported from there.
-		if _, _, err := a.patchObject(ctx, o, true, cache); err != nil && ctx.Err() == nil {
+		if err == nil {
+			// The apply that follows answers the same warnings: they are reported from there.
+			_, _, err = a.patchObject(ctx, o, true, cache)
+		}
+		if err != nil && ctx.Err() == nil {
 			lines[i] = describe(o) + ": " + errorText(err)
+			refused[i] = apierrors.IsForbidden(err)
 		}
 	})
-	var fails []string
 	if ctx.Err() != nil {
 		fails = append(fails, "validation interrupted: "+ctx.Err().Error())
 	}
-	for _, l := range lines {
+	for i, l := range lines {
 		if l != "" {
 			fails = append(fails, l)
 		}
+		if refused[i] {
+			forbidden++
+		}
 	}
-	return fails
+	return fails, forbidden
+}
+
+// mayApply asks Access whether the Applier's identity may server-side apply object name of
+// resource gr in namespace ns ("" for a cluster-scoped one) that does not exist yet: the API
+// authorizes patch, and create for an object it creates. It returns nil when it may (or when
+// there is no Access: the Applier acts as gitsync), otherwise a 403 Forbidden error worded as
+// the API words its own.
+func (a *Applier) mayApply(ctx context.Context, gr schema.GroupResource, ns, name string) error {
+	if a.Access == nil {
+		return nil
+	}
+	for _, verb := range []string{"create", "patch"} {
+		r, err := a.Access.Create(ctx, &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: gr.Group, Resource: gr.Resource, Name: name},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("review the access of %s: %w", a.User, err)
+		}
+		if !r.Status.Allowed {
+			msg := fmt.Sprintf("User %q cannot %s resource %q in API group %q", a.User, verb, gr.Resource, gr.Group)
+			if ns != "" {
+				msg += fmt.Sprintf(" in the namespace %q", ns)
+			}
+			if r.Status.Reason != "" {
+				msg += ": " + r.Status.Reason
+			}
+			return apierrors.NewForbidden(gr, name, errors.New(msg))
+		}
+	}
+	return nil
 }
 
 // Apply applies the objects in order (Prepare sorted them). Namespaces get

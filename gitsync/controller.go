@@ -26,6 +26,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
@@ -58,6 +60,12 @@ const (
 	// ReasonInsecureTransport is the reason of ConditionWarning while spec.insecure lets the
 	// source fetch over http:// or git://.
 	ReasonInsecureTransport = "InsecureTransport"
+	// ReasonServiceAccountRequired: the GitSource has no spec.serviceAccountName and is not
+	// kube-system/root, the only source gitsync applies with its own identity.
+	ReasonServiceAccountRequired = "ServiceAccountRequired"
+	// ReasonForbidden: the API answered 403 to the dry-run of an object of the revision for
+	// the source's ServiceAccount; nothing of the revision was applied.
+	ReasonForbidden = "Forbidden"
 	// ReasonHealthy / ReasonProgressing / ReasonDegraded are the reasons of ConditionHealthy.
 	ReasonHealthy  = "Healthy"
 	ReasonDegraded = "Degraded"
@@ -94,10 +102,14 @@ func DefaultConfig() Config {
 // interval, at once on a spec change or a webhook's RequestedAtAnnotation, and re-checks the
 // health of what still progresses every few seconds in between.
 type Controller struct {
-	cfg      Config
-	dyn      dynamic.Interface
-	client   kubernetes.Interface
-	applier  *Applier
+	cfg    Config
+	dyn    dynamic.Interface
+	client kubernetes.Interface
+	// applier acts as gitsync itself: only for kube-system/root without a ServiceAccount.
+	applier *Applier
+	// bulk is the configuration of applier's client, from which the clients that
+	// impersonate a source's ServiceAccount are built (nil: none can be).
+	bulk     *rest.Config
 	factory  dynamicinformer.DynamicSharedInformerFactory
 	informer cache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[string]
@@ -112,6 +124,8 @@ type Controller struct {
 	state         map[string]*sourceState
 	// secretChanged are the sources a Secret they read changed for since their last sync.
 	secretChanged map[string]bool
+	// impersonating are the Appliers acting as a ServiceAccount, by "namespace/name".
+	impersonating map[string]*Applier
 }
 
 // secretRefIndex indexes GitSources by "namespace/name" of the Secrets a fetch reads:
@@ -162,18 +176,20 @@ func NewWithConfig(cctx *controllers.Context, cfg Config) (*Controller, error) {
 	// A revision is applied in bursts of thousands of requests to the local API: the shared
 	// controller client's rate limit would make a large repository take minutes.
 	bulk := cctx.Dynamic
+	var bulkConfig *rest.Config
 	if cctx.Config != nil {
 		rc := rest.CopyConfig(cctx.Config)
 		rc.QPS, rc.Burst = 1000, 2000
 		CollectWarnings(rc)
 		if d, err := dynamic.NewForConfig(rc); err == nil {
-			bulk = d
+			bulk, bulkConfig = d, rc
 		}
 	}
 	c := &Controller{
 		cfg: cfg, dyn: cctx.Dynamic, client: cctx.Client,
-		applier: &Applier{Dynamic: bulk, Mapper: cctx.RESTMapper},
-		factory: factory, informer: inf,
+		applier: &Applier{Dynamic: bulk, Mapper: cctx.RESTMapper}, bulk: bulkConfig,
+		impersonating: map[string]*Applier{},
+		factory:       factory, informer: inf,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "gitsync"}),
 		log:   logrus.WithField("controller", "gitsync"),
@@ -368,6 +384,78 @@ func (c *Controller) event(gs *v1alpha1.GitSource, typ, reason, format string, a
 	c.recorder.Eventf(ref, typ, reason, format, args...)
 }
 
+// The GitSource the host creates (EnsureRootSource): the only one applied with gitsync's own
+// identity, when it names no ServiceAccount.
+const (
+	RootNamespace = "kube-system"
+	RootName      = "root"
+)
+
+// Impersonation is how gitsync acts as ServiceAccount name of namespace ns for a
+// GitSource's spec.serviceAccountName: the user and groups the API gives the ServiceAccount's
+// own tokens (system:serviceaccount:<ns>:<name>; system:serviceaccounts,
+// system:serviceaccounts:<ns>, system:authenticated), as Flux's kustomize-controller does.
+// The API checks that gitsync may impersonate the ServiceAccount and each group.
+func Impersonation(ns, name string) rest.ImpersonationConfig {
+	return rest.ImpersonationConfig{
+		UserName: serviceaccount.MakeUsername(ns, name),
+		Groups:   append(serviceaccount.MakeGroupNames(ns), user.AllAuthenticated),
+	}
+}
+
+// serviceAccountRequired is why a GitSource without spec.serviceAccountName is not applied.
+func serviceAccountRequired(gs *v1alpha1.GitSource) string {
+	return fmt.Sprintf("spec.serviceAccountName is not set, and only GitSource %s/%s applies with gitsync's own identity: "+
+		"set spec.serviceAccountName to a ServiceAccount of namespace %s that may change this source's objects "+
+		"(bound to ClusterRole edit in the namespaces it deploys to, for instance); until then nothing is applied or pruned",
+		RootNamespace, RootName, gs.Namespace)
+}
+
+// applierFor returns the Applier that acts for gs: one that impersonates its
+// spec.serviceAccountName (see Impersonation), or gitsync's own for kube-system/root without
+// one. refusal, when not empty, says why gs may not be applied at all: it names no
+// ServiceAccount.
+func (c *Controller) applierFor(gs *v1alpha1.GitSource) (a *Applier, refusal string, err error) {
+	sa := gs.Spec.ServiceAccountName
+	if sa == "" {
+		if gs.Namespace == RootNamespace && gs.Name == RootName {
+			return c.applier, "", nil
+		}
+		return nil, serviceAccountRequired(gs), nil
+	}
+	key := gs.Namespace + "/" + sa
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a := c.impersonating[key]; a != nil {
+		return a, "", nil
+	}
+	if c.bulk == nil {
+		return nil, "", fmt.Errorf("cannot act as ServiceAccount %s: the controller has no client configuration to impersonate it with", key)
+	}
+	rc := rest.CopyConfig(c.bulk)
+	rc.Impersonate = Impersonation(gs.Namespace, sa)
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, "", fmt.Errorf("client for ServiceAccount %s: %w", key, err)
+	}
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, "", fmt.Errorf("client for ServiceAccount %s: %w", key, err)
+	}
+	a = &Applier{Dynamic: dyn, Mapper: c.applier.Mapper, EstablishTimeout: c.applier.EstablishTimeout,
+		Access: kube.AuthorizationV1().SelfSubjectAccessReviews(), User: rc.Impersonate.UserName}
+	c.impersonating[key] = a
+	return a, "", nil
+}
+
+// identity names who acts for gs in messages.
+func identity(gs *v1alpha1.GitSource) string {
+	if gs.Spec.ServiceAccountName == "" {
+		return "gitsync's own identity"
+	}
+	return "ServiceAccount " + gs.Namespace + "/" + gs.Spec.ServiceAccountName
+}
+
 // setHealth records the health of the applied objects in st from ss.
 func setHealth(st *v1alpha1.GitSourceStatus, ss *sourceState, gen int64) {
 	summary, lines := SummarizeHealth(ss.healthy)
@@ -414,16 +502,26 @@ func (c *Controller) checkHealth(ctx context.Context, gs *v1alpha1.GitSource, st
 	if len(ss.unhealthy) == 0 {
 		return
 	}
+	// The objects are read with the identity they were applied with; a source that may not
+	// apply (it lost its ServiceAccount) keeps the health it had.
+	ap, refusal, err := c.applierFor(gs)
+	if refusal != "" {
+		ss.unhealthy = nil
+		return
+	}
+	if err != nil {
+		return
+	}
 	var still []*unstructured.Unstructured
 	now := time.Now()
 	for _, u := range ss.unhealthy {
-		m, err := c.applier.mapping(u.GroupVersionKind())
+		m, err := ap.mapping(u.GroupVersionKind())
 		if err != nil {
 			ss.healthy[healthKey(u)] = HealthResult{Status: v1alpha1.HealthUnknown, Message: err.Error()}
 			still = append(still, u)
 			continue
 		}
-		res := c.applier.Dynamic.Resource(m.Resource)
+		res := ap.Dynamic.Resource(m.Resource)
 		var live *unstructured.Unstructured
 		if m.Scope.Name() == apimeta.RESTScopeNameNamespace {
 			live, err = res.Namespace(u.GetNamespace()).Get(ctx, u.GetName(), metav1.GetOptions{})
@@ -648,17 +746,39 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 		log.WithError(err).Warn("render failed")
 		return true, nil
 	}
+	// Everything done to the source's objects from here on (dry-run, apply, prune, and the
+	// health reads of checkHealth) is done as its ServiceAccount; the GitSource itself, its
+	// status and events, as gitsync.
+	ap, refusal, err := c.applierFor(gs)
+	if refusal != "" {
+		fail(ReasonServiceAccountRequired, fmt.Sprintf("Revision %s not applied: %s", co.Revision, refusal), true)
+		log.Warn("no spec.serviceAccountName; nothing applied")
+		return true, nil
+	}
+	if err != nil {
+		fail(ReasonApplyFailed, fmt.Sprintf("Revision %s not applied: %v", co.Revision, err), true)
+		return true, nil
+	}
 	began := time.Now()
-	objs, fails := c.applier.Prepare(objs, source)
-	fails = append(fails, c.applier.Validate(ctx, objs)...)
+	objs, fails := ap.Prepare(objs, source)
+	vfails, forbidden := ap.validate(ctx, objs)
+	fails = append(fails, vfails...)
 	validated := time.Since(began)
 	if len(fails) > 0 {
-		fail(ReasonValidationFailed, fmt.Sprintf("Revision %s not applied: %d object(s) failed validation:\n%s", co.Revision, len(fails), strings.Join(fails, "\n")), true)
-		log.WithField("failures", len(fails)).Warn("validation failed; nothing applied")
+		reason := ReasonValidationFailed
+		msg := fmt.Sprintf("Revision %s not applied: %d object(s) failed validation:\n%s", co.Revision, len(fails), strings.Join(fails, "\n"))
+		if forbidden > 0 {
+			reason = ReasonForbidden
+			msg = fmt.Sprintf("Revision %s not applied: %s may not change %d of its objects (the API answered 403 Forbidden to their dry-run): "+
+				"grant it access to them, or remove them from the repository%s; %d object(s) failed validation:\n%s",
+				co.Revision, identity(gs), forbidden, c.missingServiceAccount(ctx, gs), len(fails), strings.Join(fails, "\n"))
+		}
+		fail(reason, msg, true)
+		log.WithFields(logrus.Fields{"failures": len(fails), "forbidden": forbidden}).Warn("validation failed; nothing applied")
 		return true, nil
 	}
 	applyStart := time.Now()
-	applied, warnings, err := c.applier.ApplyObjects(ctx, objs, source)
+	applied, warnings, err := ap.ApplyObjects(ctx, objs, source)
 	c.reportWarnings(gs, ss, co.Revision, warnings, log)
 	if err != nil {
 		observeSince(applyDuration, msource, applyStart)
@@ -673,7 +793,7 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 		old = st.Inventory.Entries
 	}
 	if gs.Spec.Prune == nil || *gs.Spec.Prune {
-		deleted, _, err := c.applier.Prune(ctx, Stale(old, inv), source)
+		deleted, _, err := ap.Prune(ctx, Stale(old, inv), source)
 		if len(deleted) > 0 {
 			log.WithField("pruned", deleted).Info("pruned")
 			c.event(gs, corev1.EventTypeNormal, EventPruned, "Pruned %d object(s) of revision %s: %s", len(deleted), co.Revision, strings.Join(deleted, ", "))
@@ -717,6 +837,19 @@ func (c *Controller) reportWarnings(gs *v1alpha1.GitSource, ss *sourceState, rev
 		log.WithField("warning", w).Warn("API warning")
 		c.event(gs, corev1.EventTypeWarning, EventAPIWarning, "%s", truncate(w))
 	}
+}
+
+// missingServiceAccount is a hint for a source whose ServiceAccount was refused: "" unless
+// gitsync can tell that it does not exist.
+func (c *Controller) missingServiceAccount(ctx context.Context, gs *v1alpha1.GitSource) string {
+	sa := gs.Spec.ServiceAccountName
+	if sa == "" || c.client == nil {
+		return ""
+	}
+	if _, err := c.client.CoreV1().ServiceAccounts(gs.Namespace).Get(ctx, sa, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		return fmt.Sprintf(" (ServiceAccount %s/%s does not exist: create it and bind it to a role)", gs.Namespace, sa)
+	}
+	return ""
 }
 
 // verify checks the signature spec.verify asks for. It returns an empty message when the

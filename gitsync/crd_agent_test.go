@@ -15,8 +15,12 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 )
 
-// sourceObject is GitSource default/name with spec.
+// sourceObject is GitSource default/name with spec, applied as testSA unless spec names
+// another spec.serviceAccountName.
 func sourceObject(name string, spec map[string]any) *unstructured.Unstructured {
+	if _, ok := spec["serviceAccountName"]; !ok {
+		spec["serviceAccountName"] = testSA
+	}
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "flotilla.dev/v1alpha1", "kind": "GitSource",
 		"metadata": map[string]any{"name": name, "namespace": "default"}, "spec": spec}}

@@ -107,6 +107,17 @@ func (c *CRDCheck) Defines(gk schema.GroupKind) bool {
 	return ok
 }
 
+// Resource is the plural resource name (spec.names.plural) of the kind gk a definition of
+// the revision defines, "" when none does.
+func (c *CRDCheck) Resource(gk schema.GroupKind) string {
+	d := c.byKind[gk]
+	if d == nil {
+		return ""
+	}
+	plural, _, _ := unstructured.NestedString(d.obj.Obj.Object, "spec", "names", "plural")
+	return plural
+}
+
 // crdScopes maps each kind the CustomResourceDefinitions among objs define to whether its
 // resources are namespaced (spec.scope), without checking the definitions.
 func crdScopes(objs []Object) map[schema.GroupKind]bool {

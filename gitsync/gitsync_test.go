@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -129,6 +131,11 @@ spec:
 `
 )
 
+// testSA is ServiceAccount default/gitsync-test, which start binds to ClusterRole
+// cluster-admin: the agent tests' GitSources name it in spec.serviceAccountName (only
+// kube-system/root applies without one).
+const testSA = "gitsync-test"
+
 type env struct {
 	t      *testing.T
 	a      *framework.Agent
@@ -138,7 +145,14 @@ type env struct {
 
 func start(t *testing.T) *env {
 	t.Helper()
-	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers=", "--git-min-interval=1s"}})
+	return startWith(t, "")
+}
+
+// startWith is start with the agent running agentControllers (a comma list of names; the
+// controller under test is always run in the test's process).
+func startWith(t *testing.T, agentControllers string) *env {
+	t.Helper()
+	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers=" + agentControllers, "--git-min-interval=1s"}})
 	cctx, err := controllers.NewContext(a.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +170,35 @@ func start(t *testing.T) *env {
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	return &env{t: t, a: a, client: a.Client(), cctx: cctx}
+	e := &env{t: t, a: a, client: a.Client(), cctx: cctx}
+	e.serviceAccount("default", testSA, "ClusterRoleBinding", "cluster-admin")
+	return e
+}
+
+// serviceAccount creates ServiceAccount ns/name and binds ClusterRole role to it: with a
+// RoleBinding in ns when binding is "RoleBinding", cluster-wide when "ClusterRoleBinding".
+func (e *env) serviceAccount(ns, name, binding, role string) {
+	e.t.Helper()
+	ctx := context.Background()
+	if _, err := e.client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}
+	ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}
+	var err error
+	switch binding {
+	case "RoleBinding":
+		_, err = e.client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name + "-" + role},
+			Subjects: subjects, RoleRef: ref}, metav1.CreateOptions{})
+	case "ClusterRoleBinding":
+		_, err = e.client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name + "-" + role},
+			Subjects: subjects, RoleRef: ref}, metav1.CreateOptions{})
+	default:
+		e.t.Fatalf("binding %q: want RoleBinding or ClusterRoleBinding", binding)
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 func (e *env) source() *v1alpha1.GitSource {
@@ -224,7 +266,7 @@ func TestGitSync(t *testing.T) {
 	gs := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "flotilla.dev/v1alpha1", "kind": "GitSource",
 		"metadata": map[string]any{"name": "apps", "namespace": "default"},
-		"spec":     map[string]any{"url": "file://" + r.dir, "interval": "2s"},
+		"spec":     map[string]any{"url": "file://" + r.dir, "interval": "2s", "serviceAccountName": testSA},
 	}}
 	if _, err := e.cctx.Dynamic.Resource(GitSourceResource).Namespace("default").Create(ctx, gs, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -25,8 +25,8 @@ func TestHealthAndDependsOn(t *testing.T) {
 	ctx := context.Background()
 	res := e.cctx.Dynamic.Resource(GitSourceResource).Namespace("default")
 	for _, spec := range []map[string]any{
-		{"name": "base", "spec": map[string]any{"url": "file://" + base.dir, "interval": "1m"}},
-		{"name": "apps", "spec": map[string]any{"url": "file://" + apps.dir, "interval": "1m",
+		{"name": "base", "spec": map[string]any{"url": "file://" + base.dir, "interval": "1m", "serviceAccountName": testSA}},
+		{"name": "apps", "spec": map[string]any{"url": "file://" + apps.dir, "interval": "1m", "serviceAccountName": testSA,
 			"dependsOn": []any{map[string]any{"name": "base"}}}},
 	} {
 		u := &unstructured.Unstructured{Object: map[string]any{
@@ -103,7 +103,7 @@ func TestHealthAndDependsOn(t *testing.T) {
 		u := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "flotilla.dev/v1alpha1", "kind": "GitSource",
 			"metadata": map[string]any{"name": name, "namespace": "default"},
-			"spec": map[string]any{"url": "file://" + apps.dir, "interval": "1m",
+			"spec": map[string]any{"url": "file://" + apps.dir, "interval": "1m", "serviceAccountName": testSA,
 				"dependsOn": []any{map[string]any{"name": dep}}}}}
 		if _, err := res.Create(ctx, u, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

@@ -114,7 +114,7 @@ func failureStage(reason string) string {
 		return stageVerify
 	case ReasonBuildFailed:
 		return stageRender
-	case ReasonValidationFailed:
+	case ReasonValidationFailed, ReasonForbidden, ReasonServiceAccountRequired:
 		return stageValidate
 	case ReasonApplyFailed:
 		return stageApply

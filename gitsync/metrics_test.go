@@ -42,12 +42,15 @@ func metricsController(t *testing.T, failDryRun, failApply *atomic.Bool) *Contro
 	})
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, meta.RESTScopeNamespace)
+	ap := &Applier{Dynamic: dyn, Mapper: mapper}
 	return &Controller{
 		cfg:     Config{CacheDir: t.TempDir()},
 		dyn:     dyn,
-		applier: &Applier{Dynamic: dyn, Mapper: mapper},
-		log:     logrus.NewEntry(logrus.StandardLogger()),
-		state:   map[string]*sourceState{},
+		applier: ap,
+		// The source's spec.serviceAccountName (a fake client impersonates no one).
+		impersonating: map[string]*Applier{"metrics-test/deployer": ap},
+		log:           logrus.NewEntry(logrus.StandardLogger()),
+		state:         map[string]*sourceState{},
 	}
 }
 
@@ -63,7 +66,7 @@ func TestReconcileMetrics(t *testing.T) {
 	var failDryRun, failApply atomic.Bool
 	c := metricsController(t, &failDryRun, &failApply)
 	gs := &v1alpha1.GitSource{ObjectMeta: metav1.ObjectMeta{Namespace: "metrics-test", Name: "apps", Generation: 1},
-		Spec: v1alpha1.GitSourceSpec{URL: "file://" + r.dir}}
+		Spec: v1alpha1.GitSourceSpec{URL: "file://" + r.dir, ServiceAccountName: "deployer"}}
 	const src = "metrics-test/apps"
 	st := &v1alpha1.GitSourceStatus{}
 	ss := &sourceState{}

@@ -152,8 +152,8 @@ func TestSSHFetch(t *testing.T) {
 	url := fmt.Sprintf("ssh://git@%s%s", srv.addr, r.dir)
 	res := e.cctx.Dynamic.Resource(GitSourceResource).Namespace("default")
 	for name, spec := range map[string]map[string]any{
-		"apps":      {"url": url, "interval": "1s", "secretRef": map[string]any{"name": "ssh"}},
-		"no-secret": {"url": url, "interval": "1m"},
+		"apps":      {"url": url, "interval": "1s", "secretRef": map[string]any{"name": "ssh"}, "serviceAccountName": testSA},
+		"no-secret": {"url": url, "interval": "1m", "serviceAccountName": testSA},
 	} {
 		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "flotilla.dev/v1alpha1", "kind": "GitSource",
 			"metadata": map[string]any{"name": name, "namespace": "default"}, "spec": spec}}

@@ -107,7 +107,7 @@ func TestVerifyHead(t *testing.T) {
 	gs := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "flotilla.dev/v1alpha1", "kind": "GitSource",
 		"metadata": map[string]any{"name": "apps", "namespace": "default"},
-		"spec": map[string]any{"url": "file://" + r.dir, "interval": "1s",
+		"spec": map[string]any{"url": "file://" + r.dir, "interval": "1s", "serviceAccountName": testSA,
 			"verify": map[string]any{"mode": "head", "secretRef": map[string]any{"name": "trusted-keys"}}},
 	}}
 	if _, err := e.cctx.Dynamic.Resource(GitSourceResource).Namespace("default").Create(ctx, gs, metav1.CreateOptions{}); err != nil {

@@ -52,8 +52,9 @@ func TestWarmClone(t *testing.T) {
 	gs := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "flotilla.dev/v1alpha1", "kind": "GitSource",
 		"metadata": map[string]any{"name": "apps", "namespace": "default"},
-		"spec":     map[string]any{"url": "file://" + r.dir, "interval": "1s"},
+		"spec":     map[string]any{"url": "file://" + r.dir, "interval": "1s", "serviceAccountName": testSA},
 	}}
+	(&env{t: t, client: client}).serviceAccount("default", testSA, "ClusterRoleBinding", "cluster-admin")
 	if _, err := cctx.Dynamic.Resource(GitSourceResource).Namespace("default").Create(ctx, gs, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -283,7 +283,8 @@ func TestReconcileReportsWarningsOncePerRevision(t *testing.T) {
 		log:      logrus.NewEntry(logrus.StandardLogger()),
 		state:    map[string]*sourceState{},
 	}
-	gs := &v1alpha1.GitSource{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "apps", Generation: 1},
+	// The root source: applied with the controller's own Applier, without a ServiceAccount.
+	gs := &v1alpha1.GitSource{ObjectMeta: metav1.ObjectMeta{Namespace: RootNamespace, Name: RootName, Generation: 1},
 		Spec: v1alpha1.GitSourceSpec{URL: "file://" + r.dir}}
 	st := &v1alpha1.GitSourceStatus{}
 	ss := &sourceState{}

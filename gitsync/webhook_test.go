@@ -164,7 +164,7 @@ func TestWebhook(t *testing.T) {
 	gs := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "flotilla.dev/v1alpha1", "kind": "GitSource",
 		"metadata": map[string]any{"name": "apps", "namespace": "default"},
-		"spec": map[string]any{"url": "file://" + r.dir, "interval": "10m",
+		"spec": map[string]any{"url": "file://" + r.dir, "interval": "10m", "serviceAccountName": testSA,
 			"webhookSecretRef": map[string]any{"name": "hook"}},
 	}}
 	if _, err := e.cctx.Dynamic.Resource(GitSourceResource).Namespace("default").Create(ctx, gs, metav1.CreateOptions{}); err != nil {

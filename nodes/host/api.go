@@ -2,6 +2,8 @@ package host
 
 import (
 	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
 	"fmt"
 	"net"
 	"net/http"
@@ -31,7 +33,8 @@ import (
 // URLs in gossip.
 func (h *Host) startAPI() error {
 	c := h.cfg
-	joinServer := &etcd.JoinServer{CA: h.ca, Token: h.token, AdminToken: h.adminToken, Client: h.etcdClient, Voters: c.EtcdVoters}
+	joinServer := &etcd.JoinServer{CA: h.ca, Token: h.token, AdminToken: h.adminToken, Client: h.etcdClient, Voters: c.EtcdVoters,
+		SignWorker: h.signWorker}
 	// One handler for the API port and the webhook port: one replay memory and one rate
 	// limit per host.
 	gitHook := gitsync.NewWebhook()
@@ -39,6 +42,14 @@ func (h *Host) startAPI() error {
 	// noise, their errors are not.
 	apiserver.SetStorageEtcdClientLogger(logging.ZapAtLeast("etcd-client", logrus.ErrorLevel))
 	saKey, redactionKey, err := h.siteKeys()
+	if err != nil {
+		return err
+	}
+	caKey, err := h.ca.KeyPEM()
+	if err != nil {
+		return fmt.Errorf("site CA key: %w", err)
+	}
+	secretsKey, err := secretsEncryptionKey(caKey)
 	if err != nil {
 		return err
 	}
@@ -62,6 +73,10 @@ func (h *Host) startAPI() error {
 		PodSecurityDefault:       c.PodSecurityDefault,
 		Unauthenticated:          map[string]http.Handler{etcd.CACertsPath: joinServer, etcd.JoinPath: joinServer, gitsync.WebhookPathPrefix: gitHook},
 		Nodes:                    apiserver.NodeConnection{CAFile: h.ca.CertFile(), CertFile: h.certs.nodeClientCert, KeyFile: h.certs.nodeClientKey},
+		Audit: apiserver.AuditConfig{Path: c.AuditLogPath, MaxSizeMB: c.AuditLogMaxSize, MaxBackups: c.AuditLogMaxBackup,
+			PolicyFile: c.AuditPolicyFile},
+		SecretsEncryptionKey:         secretsKey,
+		EncryptionProviderConfigFile: c.EncryptionProviderConfig,
 	})
 	if err != nil {
 		return err
@@ -97,6 +112,13 @@ func (h *Host) startAPI() error {
 	}
 	h.log.WithFields(logrus.Fields{"kubeconfig": h.Kubeconfig(), "startup": time.Since(start).Round(time.Millisecond)}).Info("API ready")
 	return nil
+}
+
+// secretsEncryptionKey derives from the site CA's key (PEM) the key that encrypts Secrets in
+// etcd (apiserver.SecretsKeyName): the same on every host that holds the CA. Changing the
+// derivation makes every stored Secret unreadable.
+func secretsEncryptionKey(caKeyPEM []byte) ([]byte, error) {
+	return hkdf.Key(sha256.New, caKeyPEM, nil, "flotilla secrets encryption v1", 32)
 }
 
 func dropManagedFields(obj any) (any, error) {
@@ -200,6 +222,7 @@ func (h *Host) startControllers() error {
 					if err := controllers.RunControllers(ctx, h.ids.controllerManager, list, func(c *controllers.Context) {
 						c.ConfigFor = h.ids.controller
 						c.RootCA = h.ca.CertPEM
+						c.CA = h.ca
 						c.HostDeadSince = func(name string) (time.Time, bool) {
 							since, dead := h.dead.Since()[name]
 							return since, dead

@@ -24,10 +24,14 @@ func (h *Host) checkpointDir() string { return filepath.Join(h.cfg.DataDir, "che
 // agent, the pod network and the proxies read is checkpointed (see the checkpoint
 // package), so that they can start before the API answers.
 func (h *Host) startIdentities() error {
-	if err := h.issueCerts(); err != nil {
-		return err
-	}
-	if err := h.issueIdentities(); err != nil {
+	if h.cfg.Etcd {
+		if err := h.issueCerts(); err != nil {
+			return err
+		}
+		if err := h.issueIdentities(); err != nil {
+			return err
+		}
+	} else if err := h.workerIdentities(); err != nil {
 		return err
 	}
 	cs, err := kubernetes.NewForConfig(h.ids.node)

@@ -6,13 +6,16 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/flotilla-dev/flotilla/gitsync"
+	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/validation"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/csrsigning"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -36,6 +39,9 @@ type Config struct {
 	Join []string
 	// TokenFile holds the site's join token (the first host writes <data-dir>/token).
 	TokenFile string
+	// InsecureSkipCAPin lets a host join with a token that pins no CA, trusting the CA the
+	// site presents.
+	InsecureSkipCAPin bool
 	// EtcdVoters is how many hosts hold an etcd vote (1, 3 or 5).
 	EtcdVoters int
 	// VoterReplaceAfter is how long a voter may be dead in gossip before an alive standby
@@ -50,6 +56,9 @@ type Config struct {
 	// NodeMonitorGracePeriod is how long a host may miss heartbeats before its Node goes
 	// Ready=Unknown.
 	NodeMonitorGracePeriod time.Duration
+	// ClusterSigningDuration is the longest validity of the certificates csrsigning issues
+	// for CertificateSigningRequests (at least 10 minutes).
+	ClusterSigningDuration time.Duration
 	// ServiceAccountMaxTokenTTL caps the lifetime of the ServiceAccount tokens the API
 	// issues (48h; tests lower it to watch pods' tokens being refreshed).
 	ServiceAccountMaxTokenTTL time.Duration
@@ -57,6 +66,15 @@ type Config struct {
 	// restricted) enforced and warned about in namespaces without pod-security.kubernetes.io
 	// labels.
 	PodSecurityDefault string
+	// AuditLogPath is the API's audit log ("-": standard output; "": none; DefaultAuditLogPath:
+	// <data-dir>/audit.log), rotated at AuditLogMaxSize megabytes keeping AuditLogMaxBackup
+	// files; AuditPolicyFile replaces the default policy (every request at Metadata).
+	AuditLogPath                       string
+	AuditLogMaxSize, AuditLogMaxBackup int
+	AuditPolicyFile                    string
+	// EncryptionProviderConfig is an EncryptionConfiguration file (kube-apiserver's
+	// --encryption-provider-config) replacing the Secrets key derived from the site CA.
+	EncryptionProviderConfig string
 	// GitURL, GitRef and GitPath are recorded as GitSource kube-system/root when GitURL is set.
 	GitURL, GitRef, GitPath string
 	// GitWebhookSecretFile holds the push webhook token of the root source: the host stores
@@ -83,6 +101,11 @@ type Config struct {
 	ClusterDNS string
 	// Proxy runs the Service proxy, cluster DNS and the Ingress proxy.
 	Proxy bool
+	// Etcd lets this host hold etcd, the API and the site CA (a server, as k3s says); false
+	// makes a worker: it joins with the token and receives only its own node certificates
+	// (no CA key, no admin token), runs pods and proxies, and reaches the API of the servers
+	// through a local proxy on 127.0.0.1:--api-port.
+	Etcd bool
 	// ProxyMode is auto, ipvs or nftables.
 	ProxyMode string
 	// IngressHTTPPort and IngressHTTPSPort are the Ingress proxy's ports (HTTPS 0: off).
@@ -100,11 +123,16 @@ func DefaultConfig() Config {
 		ServiceCIDR: "10.96.0.0/12", NodePortRange: "30000-32767", ShutdownTimeout: 5 * time.Second,
 		EtcdVoters: 3, VoterReplaceAfter: 60 * time.Second, Controllers: "*",
 		DefaultTolerationSeconds: 300, NodeMonitorGracePeriod: 40 * time.Second, GitRef: "main",
-		ServiceAccountMaxTokenTTL: 48 * time.Hour, PodSecurityDefault: "baseline", Pods: true, AgentPort: 10250, ClusterCIDR: "10.244.0.0/16", ClusterDNS: "10.96.0.10",
-		Proxy: true, ProxyMode: "auto", IngressHTTPPort: 80, IngressHTTPSPort: 443,
+		ClusterSigningDuration: csrsigning.DefaultDuration, ServiceAccountMaxTokenTTL: 48 * time.Hour,
+		PodSecurityDefault: "baseline", Pods: true, AgentPort: 10250, ClusterCIDR: "10.244.0.0/16", ClusterDNS: "10.96.0.10",
+		Proxy: true, ProxyMode: "auto", IngressHTTPPort: 80, IngressHTTPSPort: 443, Etcd: true,
 		SeccompDefault: "RuntimeDefault", GitLimits: gitsync.DefaultLimits(), GitMinInterval: v1alpha1.MinInterval,
+		AuditLogPath: DefaultAuditLogPath, AuditLogMaxSize: 50, AuditLogMaxBackup: 3,
 	}
 }
+
+// DefaultAuditLogPath stands for <data-dir>/audit.log until Complete knows the directory.
+const DefaultAuditLogPath = "<data-dir>/audit.log"
 
 // Complete fills the name and advertise address from the system and checks every field,
 // returning the API's validation options; errors name the flag and say what to change.
@@ -149,6 +177,15 @@ func (c *Config) Complete() (validation.Options, error) {
 	default:
 		return vopts, fmt.Errorf("--pod-security-default %q: use privileged, baseline or restricted (the Pod Security Standards level of namespaces without pod-security.kubernetes.io labels; default baseline)", c.PodSecurityDefault)
 	}
+	if c.AuditLogPath == DefaultAuditLogPath {
+		c.AuditLogPath = filepath.Join(c.DataDir, "audit.log")
+	}
+	if c.AuditLogMaxSize < 0 || c.AuditLogMaxBackup < 0 {
+		return vopts, fmt.Errorf("--audit-log-maxsize %d and --audit-log-maxbackup %d: give 0 or more (megabytes before rotation, rotated files kept; 0: no rotation, keep all)", c.AuditLogMaxSize, c.AuditLogMaxBackup)
+	}
+	if c.AuditPolicyFile != "" && c.AuditLogPath == "" {
+		return vopts, errors.New("--audit-policy-file without an audit log (--audit-log-path is empty): give a path")
+	}
 	switch c.SeccompDefault {
 	case "RuntimeDefault", "Unconfined":
 	default:
@@ -168,6 +205,15 @@ func (c *Config) Complete() (validation.Options, error) {
 	vopts.NodePortMin, vopts.NodePortMax = int32(min), int32(max)
 	if c.EtcdVoters != 1 && c.EtcdVoters != 3 && c.EtcdVoters != 5 {
 		return vopts, fmt.Errorf("--etcd-voters %d: use 1, 3 or 5 (an odd count keeps a majority)", c.EtcdVoters)
+	}
+	if bad := apiserver.ForbiddenNodeLabels(c.NodeLabels); len(bad) > 0 {
+		return vopts, fmt.Errorf("--node-label %s: a host may not set labels under node-restriction.kubernetes.io/ nor kubernetes.io or k8s.io labels other than the kubelet's own (set those on the Node with kubectl label, as an administrator)", strings.Join(bad, ", "))
+	}
+	if !c.Etcd && len(c.Join) == 0 {
+		return vopts, errors.New("--etcd=false makes a worker, which joins a site: give --join and --token-file")
+	}
+	if !c.Etcd && !c.Pods {
+		return vopts, errors.New("--etcd=false with --pods=false leaves the host nothing to do: a worker runs pods")
 	}
 	if len(c.Join) > 0 && c.TokenFile == "" {
 		return vopts, errors.New("--join needs --token-file: copy <data-dir>/token from the first host")
@@ -196,6 +242,9 @@ func (c *Config) Complete() (validation.Options, error) {
 	}
 	if _, err := SelectControllers(c.Controllers, *c); err != nil {
 		return vopts, err
+	}
+	if c.ClusterSigningDuration < csrsigning.MinDuration {
+		return vopts, fmt.Errorf("--cluster-signing-duration %s is too short: certificates are issued for at least %s", c.ClusterSigningDuration, csrsigning.MinDuration)
 	}
 	return vopts, nil
 }

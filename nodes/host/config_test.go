@@ -1,6 +1,7 @@
 package host
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -22,6 +23,12 @@ func TestConfigCompleteBadInput(t *testing.T) {
 		{"unknown controller", func(c *Config) { c.Controllers = "deployment,hpa" }, `unknown controller "hpa"`},
 		{"bad node port range", func(c *Config) { c.NodePortRange = "32767-30000" }, "--node-port-range"},
 		{"unknown seccomp default", func(c *Config) { c.SeccompDefault = "Localhost" }, "--seccomp-default"},
+		{"negative audit rotation", func(c *Config) { c.AuditLogMaxBackup = -1 }, "--audit-log-maxbackup"},
+		{"audit policy without log", func(c *Config) { c.AuditLogPath, c.AuditPolicyFile = "", "p.yaml" }, "--audit-policy-file"},
+		{"reserved node label", func(c *Config) { c.NodeLabels = map[string]string{"node-role.kubernetes.io/worker": ""} }, "--node-label node-role.kubernetes.io/worker"},
+		{"node-restriction label", func(c *Config) { c.NodeLabels = map[string]string{"node-restriction.kubernetes.io/pool": "a"} }, "node-restriction.kubernetes.io/pool"},
+		{"worker without join", func(c *Config) { c.Etcd = false }, "--etcd=false makes a worker"},
+		{"worker without pods", func(c *Config) { c.Etcd, c.Pods, c.Join, c.TokenFile = false, false, []string{"10.0.0.1:7946"}, "t" }, "leaves the host nothing to do"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()
@@ -43,5 +50,25 @@ func TestConfigCompleteDefaults(t *testing.T) {
 	}
 	if c.AdvertiseAddress == "" || vopts.ServiceCIDR.String() != "10.96.0.0/12" || vopts.NodePortMin != 30000 || vopts.NodePortMax != 32767 {
 		t.Fatalf("completed config: advertise %q, options %+v", c.AdvertiseAddress, vopts)
+	}
+}
+
+func TestConfigCompleteAuditLogPath(t *testing.T) {
+	for _, tc := range []struct{ given, want string }{
+		{DefaultAuditLogPath, "audit.log"}, {"-", "-"}, {"", ""}, {"/var/log/flotilla-audit.log", "/var/log/flotilla-audit.log"},
+	} {
+		c := DefaultConfig()
+		c.DataDir, c.Name = t.TempDir(), "host-1"
+		c.AuditLogPath = tc.given
+		if _, err := c.Complete(); err != nil {
+			t.Fatal(err)
+		}
+		want := tc.want
+		if want == "audit.log" {
+			want = filepath.Join(c.DataDir, "audit.log")
+		}
+		if c.AuditLogPath != want {
+			t.Errorf("--audit-log-path %q completes to %q, want %q", tc.given, c.AuditLogPath, want)
+		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/clusterroleaggregation"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/cronjob"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/csrapproving"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/csrsigning"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/daemonset"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/deployment"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/disruption"
@@ -32,7 +34,7 @@ import (
 
 // controllerList is every controller the leader runs, configured from cfg.
 func controllerList(cfg Config) []controllers.Named {
-	dataDir, clusterCIDR, gitLimits := cfg.DataDir, cfg.ClusterCIDR, cfg.GitLimits
+	dataDir, clusterCIDR, gitLimits, signingDuration := cfg.DataDir, cfg.ClusterCIDR, cfg.GitLimits, cfg.ClusterSigningDuration
 	return []controllers.Named{
 		{Name: "gitsync", New: func(c *controllers.Context) (controllers.Runner, error) {
 			return gitsync.NewWithConfig(c, gitsync.Config{CacheDir: filepath.Join(dataDir, "git"), Limits: gitLimits})
@@ -68,6 +70,14 @@ func controllerList(cfg Config) []controllers.Named {
 			return nodeipam.NewWithOptions(c, nodeipam.Options{ClusterCIDR: clusterCIDR})
 		}, Workers: 1},
 		{Name: "namespace", New: func(c *controllers.Context) (controllers.Runner, error) { return namespace.New(c) }, Workers: 2},
+		{Name: "csrapproving", New: csrapproving.New, Workers: 1},
+		{Name: "csrsigning", New: func(c *controllers.Context) (controllers.Runner, error) {
+			sc := csrsigning.DefaultConfig()
+			if signingDuration > 0 {
+				sc.Duration = signingDuration
+			}
+			return csrsigning.NewWithConfig(c, sc)
+		}, Workers: 1},
 	}
 }
 

@@ -64,6 +64,9 @@ func (h *Host) startMembership() error {
 	if err := <-h.joinErr; err != nil {
 		return err
 	}
+	if !c.Etcd {
+		return h.joinAsWorker()
+	}
 	resp, err := h.lifecycle.JoinSite(h.runCtx, true)
 	if err != nil {
 		return err
@@ -90,11 +93,12 @@ func (h *Host) peers() []etcd.Peer {
 	return out
 }
 
-// aliveNames lists the hosts gossip sees alive.
+// aliveNames lists the hosts gossip sees alive that may hold etcd: those serving the API
+// (a worker, --etcd=false, publishes no API URL and can never take a voter's place).
 func (h *Host) aliveNames() []string {
 	var names []string
 	for _, p := range h.peers() {
-		if p.Alive {
+		if p.Alive && p.APIURL != "" {
 			names = append(names, p.Name)
 		}
 	}

@@ -136,12 +136,18 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 	site := []phase{{"etcd", h.startEtcd}, {"api", h.startAPI}}
 	local := []phase{{"node agent", h.startNodeAgent}, {"proxy", h.startProxy}}
 	phases := []phase{{"membership", h.startMembership}, {"identities", h.startIdentities}}
-	if h.resume {
+	switch {
+	case !cfg.Etcd:
+		// A worker has no etcd, API or controllers: it reaches the servers' API.
+		phases = append(append(phases, phase{"api proxy", h.startAPIProxy}), local...)
+	case h.resume:
 		phases = append(append(phases, local...), site...)
-	} else {
+	default:
 		phases = append(append(phases, site...), local...)
 	}
-	phases = append(phases, phase{"site", h.startSite}, phase{"controllers", h.startControllers})
+	if cfg.Etcd {
+		phases = append(phases, phase{"site", h.startSite}, phase{"controllers", h.startControllers})
+	}
 	if err := run(phases...); err != nil {
 		return nil, err
 	}
@@ -284,8 +290,20 @@ func (h *Host) startPKI() error {
 		if h.token, err = etcd.ParseToken(string(b)); err != nil {
 			return fmt.Errorf("--token-file %s: %w", c.TokenFile, err)
 		}
+		h.token.SkipCAPin = c.InsecureSkipCAPin
 	}
-	if h.bootstrap || h.state != nil {
+	if h.state != nil && h.state.Worker != !c.Etcd {
+		if h.state.Worker {
+			return fmt.Errorf("%s is a worker's data directory (it joined with --etcd=false): it cannot hold etcd; start it with --etcd=false, or join with a new --data-dir", dataDir)
+		}
+		return fmt.Errorf("%s holds this host's etcd and site CA: it cannot become a worker (--etcd=false); remove it from the site and join with a new --data-dir", dataDir)
+	}
+	switch {
+	case h.state != nil && h.state.Worker:
+		if h.ca, err = pki.LoadCACert(filepath.Join(dataDir, "pki")); err != nil {
+			return err
+		}
+	case h.bootstrap || h.state != nil:
 		if h.ca, err = pki.LoadOrCreateCA(filepath.Join(dataDir, "pki"), "flotilla-ca"); err != nil {
 			return err
 		}

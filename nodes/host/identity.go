@@ -25,6 +25,9 @@ type identities struct {
 	node *rest.Config
 	// gitWebhook is the git push webhook's (rbac.GitWebhookUser).
 	gitWebhook *rest.Config
+	// join is the join endpoint's (rbac.JoinUser): it files and approves the
+	// CertificateSigningRequests of joining workers.
+	join *rest.Config
 }
 
 // controller returns the configuration of the named controller.
@@ -60,6 +63,9 @@ func (h *Host) issueIdentities() error {
 		return err
 	}
 	if ids.gitWebhook, err = config("git-webhook", rbac.GitWebhookUser); err != nil {
+		return err
+	}
+	if ids.join, err = config("join", rbac.JoinUser); err != nil {
 		return err
 	}
 	h.ids = ids

@@ -5,6 +5,7 @@
 package membership
 
 import (
+	"crypto/hkdf"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -92,10 +93,15 @@ func DefaultConfig() Config {
 		SuspicionMult: 3, GossipInterval: 200 * time.Millisecond, JoinRetry: 2 * time.Second}
 }
 
-// GossipKey derives the AES-256 gossip key from a join token.
+// GossipKey derives the AES-256 gossip key from a join token's secret (HKDF-SHA256), so the
+// key on the wire reveals nothing usable to join.
 func GossipKey(token string) []byte {
-	sum := sha256.Sum256([]byte("flotilla-gossip-v1:" + token))
-	return sum[:]
+	key, err := hkdf.Key(sha256.New, []byte(token), []byte("flotilla"), "flotilla gossip key v2", 32)
+	if err != nil {
+		// Only for a length hkdf cannot produce; 32 bytes of SHA-256 it always can.
+		panic(err)
+	}
+	return key
 }
 
 // Membership is a running gossip member.

@@ -22,7 +22,10 @@ import (
 // built-in mutation and only when the built-in checks passed.
 //
 // Plan-only users are refused any write that is not a dry-run before anything else looks
-// at it; the RBAC escalation checks run with the validating plugins.
+// at it; the RBAC escalation checks run with the validating plugins. NodeRestriction (a
+// host's identity writes only its own Node, Lease and pods) validates right after
+// NamespaceLifecycle. CertificateApproval and CertificateSigning (admission_certificates.go)
+// check approve and sign on the request's signer.
 func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Interface, hooks webhookDeps, rb *rbac.Authorizer, authz authorizer.Authorizer, podSecurity *podSecurityPlugin) ([]admission.Interface, error) {
 	nsLifecycle, err := lifecycle.NewLifecycle(sets.New(SystemNamespaces...))
 	if err != nil {
@@ -36,11 +39,16 @@ func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Inter
 	plugins := []admission.Interface{
 		newPlannerGuard(),
 		nsLifecycle,
+		newNodeRestriction(client),
 		newServiceAccountAdmission(client, f),
 		podSecurity,
 		newNodeFeatureValidator(f),
 		newRuntimeClassPlugin(f, client),
 		newPriorityPlugin(f, client),
+		// CertificateApproval, CertificateSigning, CertificateSubjectRestriction (upstream's order).
+		newCertificateApproval(authz),
+		newCertificateSigning(authz),
+		newCertificateSubjectRestriction(),
 		newUnenforcedKindsWarner(),
 		newPodSettingsWarner(),
 		newRBACEscalationGuard(rb),

@@ -21,7 +21,7 @@ import (
 // CertificateSigningRequests behave as upstream's pkg/registry/certificates: the requesting
 // user is recorded on create, the main resource changes metadata only, /status sets the
 // certificate and the conditions other than Approved/Denied, and /approval sets the conditions.
-// Nothing signs the requests yet.
+// The controllers csrapproving and csrsigning approve and sign them.
 
 var csrResource = schema.GroupResource{Group: certificatesv1.GroupName, Resource: "certificatesigningrequests"}
 

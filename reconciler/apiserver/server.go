@@ -82,6 +82,15 @@ type Config struct {
 	Unauthenticated map[string]http.Handler
 	// Nodes is how pods/log reaches the node agents.
 	Nodes NodeConnection
+	// Audit is the audit log (a zero value writes none).
+	Audit AuditConfig
+	// SecretsEncryptionKey (32 bytes) encrypts Secrets in etcd (secretbox, key name
+	// SecretsKeyName); Secrets stored before still read. Every host of a site must use the
+	// same key. nil: Secrets are stored in clear.
+	SecretsEncryptionKey []byte
+	// EncryptionProviderConfigFile is an EncryptionConfiguration (apiserver.config.k8s.io/v1,
+	// kube-apiserver's --encryption-provider-config); it replaces SecretsEncryptionKey.
+	EncryptionProviderConfigFile string
 }
 
 // EtcdClientConfig locates the etcd cluster and the client certificate for it.
@@ -154,6 +163,10 @@ func New(cfg Config) (*Server, error) {
 	gc.RuleResolver = auth.rbac
 	genericapiserver.AuthorizeClientBearerToken(gc.LoopbackClientConfig, &gc.Authentication, &gc.Authorization)
 
+	if err := applyAudit(gc, cfg.Audit); err != nil {
+		return nil, err
+	}
+
 	// One aggregated discovery document for the whole chain: every server adds its groups.
 	gc.AggregatedDiscoveryGroupManager = aggregated.NewResourceManager("apis")
 
@@ -177,6 +190,9 @@ func New(cfg Config) (*Server, error) {
 	// Upstream stores core and events.k8s.io Events once and converts between them; without
 	// internal types to convert through, each API keeps its own keys.
 	factory.SetResourceEtcdPrefix(schema.GroupResource{Group: "events.k8s.io", Resource: "events"}, "events.k8s.io/events")
+	if err := applyEncryption(gc, etcdOpts, cfg.EncryptionProviderConfigFile, cfg.SecretsEncryptionKey); err != nil {
+		return nil, err
+	}
 	if err := etcdOpts.ApplyWithStorageFactoryTo(factory, gc); err != nil {
 		return nil, fmt.Errorf("configure etcd storage %v: %w", cfg.Etcd.Servers, err)
 	}
@@ -222,8 +238,12 @@ func New(cfg Config) (*Server, error) {
 	if err := installReviewAPIs(generic, scheme, codecs, gc.Authentication.Authenticator, gc.Authentication.APIAudiences, gc.Authorization.Authorizer, auth.rbac); err != nil {
 		return nil, err
 	}
+	// /readyz waits for this hook: until the informers (RBAC's among them) are in sync, the
+	// authorizer would refuse everyone but system:masters, and a host's components that
+	// start before the API (from their checkpoint) would take those 403s for answers.
 	generic.AddPostStartHookOrDie("flotilla-start-informers", func(hc genericapiserver.PostStartHookContext) error {
 		informerFactory.Start(hc.Done())
+		informerFactory.WaitForCacheSync(hc.Done())
 		return nil
 	})
 	generic.AddPostStartHookOrDie("flotilla-bootstrap-objects", func(hc genericapiserver.PostStartHookContext) error {

@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/flotilla-dev/flotilla/reconciler/pki"
 )
 
 // Context is handed to every controller constructor. The informer factories are started by
@@ -37,6 +39,9 @@ type Context struct {
 	// RootCA is the site CA certificate (PEM) that the rootca controller publishes in every
 	// namespace as ConfigMap kube-root-ca.crt, for pods to verify the API server.
 	RootCA []byte
+	// CA is the site CA with its key, with which csrsigning issues the certificates of
+	// approved CertificateSigningRequests (nil where the host holds no CA key).
+	CA *pki.CA
 	// ConfigFor, when set, returns the client configuration of the named controller: its
 	// Config, Client, Dynamic and Metadata are built from it, so that it writes as itself
 	// with the permissions of its own role. The informers, the REST mapper and the event

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"sort"
@@ -29,23 +30,125 @@ import (
 type Token struct {
 	CAPin  string
 	Secret string
+	// SkipCAPin lets a host join with a token without a pin, trusting whatever CA the
+	// site presents (--insecure-skip-ca-pin).
+	SkipCAPin bool
 }
 
-// ParseToken reads a token; a bare secret (no pin) is accepted and pins nothing.
+// MinTokenBits is the least entropy a join token's secret may have: it admits hosts to the
+// site and keys gossip encryption.
+const MinTokenBits = 128
+
+// ParseToken reads a token; a bare secret (no pin) is accepted and pins nothing (joining
+// with it needs --insecure-skip-ca-pin). A secret with less than MinTokenBits of entropy
+// is refused.
 func ParseToken(s string) (Token, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return Token{}, errors.New("the join token is empty")
 	}
-	if !strings.HasPrefix(s, "FLO1:") {
-		return Token{Secret: s}, nil
+	t := Token{Secret: s}
+	if strings.HasPrefix(s, "FLO1:") {
+		rest := strings.TrimPrefix(s, "FLO1:")
+		i := strings.LastIndex(rest, ":")
+		if i < 0 || !strings.HasPrefix(rest, "sha256:") {
+			return Token{}, errors.New("malformed join token: want FLO1:sha256:<hex>:<secret>, as written to <data-dir>/token by the first host")
+		}
+		t = Token{CAPin: rest[:i], Secret: rest[i+1:]}
 	}
-	rest := strings.TrimPrefix(s, "FLO1:")
-	i := strings.LastIndex(rest, ":")
-	if i < 0 || !strings.HasPrefix(rest, "sha256:") {
-		return Token{}, errors.New("malformed join token: want FLO1:sha256:<hex>:<secret>, as written to <data-dir>/token by the first host")
+	if bits := SecretBits(t.Secret); bits < MinTokenBits {
+		return Token{}, fmt.Errorf("the join token's secret has about %d bits of entropy, at least %d are needed: use the token the first host wrote to <data-dir>/token, or a secret of 32 or more random hex characters (openssl rand -hex 24)", int(bits), MinTokenBits)
 	}
-	return Token{CAPin: rest[:i], Secret: rest[i+1:]}, nil
+	return t, nil
+}
+
+// SecretBits estimates the entropy of a secret as if its characters were drawn at random
+// from the smallest usual alphabet holding them all (hex, alphanumerics, printable ASCII).
+// A secret made of few distinct characters counts as if drawn from those only, and a
+// secret that repeats a shorter one counts as that one, so "aaaa...a" and "abab...ab" are
+// weak however long.
+func SecretBits(s string) float64 {
+	return alphabetBits(s[:period(s)])
+}
+
+// period is the length of the shortest prefix whose repetition makes up s (the whole
+// length when none does), from the Knuth-Morris-Pratt failure function.
+func period(s string) int {
+	n := len(s)
+	if n == 0 {
+		return 0
+	}
+	fail := make([]int, n)
+	for i, k := 1, 0; i < n; i++ {
+		for k > 0 && s[i] != s[k] {
+			k = fail[k-1]
+		}
+		if s[i] == s[k] {
+			k++
+		}
+		fail[i] = k
+	}
+	return n - fail[n-1]
+}
+
+func alphabetBits(s string) float64 {
+	distinct := map[rune]bool{}
+	var lower, upper, digit, hexLetters, other bool
+	for _, r := range s {
+		distinct[r] = true
+		switch {
+		case r >= '0' && r <= '9':
+			digit = true
+		case r >= 'a' && r <= 'f', r >= 'A' && r <= 'F':
+			hexLetters = true
+			if r >= 'a' {
+				lower = true
+			} else {
+				upper = true
+			}
+		case r >= 'a' && r <= 'z':
+			lower = true
+		case r >= 'A' && r <= 'Z':
+			upper = true
+		default:
+			other = true
+		}
+	}
+	alphabet := 0
+	switch {
+	case !other && !(lower && upper) && (digit || hexLetters) && onlyHex(s):
+		alphabet = 16
+	default:
+		if lower {
+			alphabet += 26
+		}
+		if upper {
+			alphabet += 26
+		}
+		if digit {
+			alphabet += 10
+		}
+		if other {
+			alphabet += 33
+		}
+	}
+	if len(distinct)*4 < alphabet {
+		// Few distinct characters: no better than an alphabet of those.
+		alphabet = max(len(distinct), 1)
+	}
+	if alphabet <= 1 {
+		return 0
+	}
+	return float64(len([]rune(s))) * math.Log2(float64(alphabet))
+}
+
+func onlyHex(s string) bool {
+	for _, r := range s {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 func (t Token) String() string {
@@ -63,7 +166,15 @@ type JoinRequest struct {
 	// WantMember asks for an etcd membership (granted while the site has fewer than its
 	// voter target).
 	WantMember bool `json:"wantMember"`
+	// Worker asks to join as a host that never holds etcd (--etcd=false): it receives only
+	// its own certificates, signed from CSRs (PEM, by purpose: see WorkerCertificates).
+	Worker bool              `json:"worker,omitempty"`
+	CSRs   map[string][]byte `json:"csrs,omitempty"`
 }
+
+// WorkerCertificates are the purposes a worker asks certificates for: the node identity
+// (client, CN system:node:<name>, O system:nodes) and the node agent's serving certificate.
+var WorkerCertificates = []string{"client", "serving"}
 
 // JoinResponse hands the joining host what it needs to be part of the site.
 type JoinResponse struct {
@@ -75,6 +186,8 @@ type JoinResponse struct {
 	Member         bool     `json:"member"`
 	InitialCluster string   `json:"initialCluster,omitempty"`
 	ClientURLs     []string `json:"clientURLs"`
+	// Certificates are a worker's signed certificates (PEM), by purpose.
+	Certificates map[string][]byte `json:"certificates,omitempty"`
 }
 
 // JoinServer answers joining hosts. It is mounted outside the API's authentication chain:
@@ -85,6 +198,9 @@ type JoinServer struct {
 	AdminToken string
 	Client     *clientv3.Client
 	Voters     int
+	// SignWorker has a worker's certificate requests signed (as CertificateSigningRequests
+	// the join token approves) and returns the certificates by purpose; nil refuses workers.
+	SignWorker func(ctx context.Context, name string, csrs map[string][]byte) (map[string][]byte, error)
 	mu         sync.Mutex
 }
 
@@ -121,6 +237,10 @@ func (s *JoinServer) join(w http.ResponseWriter, r *http.Request) {
 	var req JoinRequest
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil || req.Name == "" {
 		http.Error(w, "bad join request: want JSON with name, peerURL, clientURL", http.StatusBadRequest)
+		return
+	}
+	if req.Worker {
+		s.joinWorker(w, r, req)
 		return
 	}
 	keyPEM, err := s.CA.KeyPEM()
@@ -188,6 +308,43 @@ func (s *JoinServer) join(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(resp)
 }
 
+// joinWorker answers a worker: its certificates and the CA certificate, nothing else.
+func (s *JoinServer) joinWorker(w http.ResponseWriter, r *http.Request, req JoinRequest) {
+	log := logrus.WithFields(logrus.Fields{"remote": r.RemoteAddr, "host": req.Name})
+	if s.SignWorker == nil {
+		http.Error(w, "this host cannot admit workers", http.StatusNotImplemented)
+		return
+	}
+	for _, purpose := range WorkerCertificates {
+		if len(req.CSRs[purpose]) == 0 {
+			http.Error(w, fmt.Sprintf("bad join request: a worker sends a %q certificate request", purpose), http.StatusBadRequest)
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 45*time.Second)
+	defer cancel()
+	members, err := s.Client.MemberList(ctx)
+	if err != nil {
+		http.Error(w, "etcd is unavailable: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	for _, m := range members.Members {
+		if m.Name == req.Name {
+			http.Error(w, fmt.Sprintf("%s is an etcd member of this site: it cannot join again as a worker (use another name, or remove it first)", req.Name), http.StatusConflict)
+			return
+		}
+	}
+	certs, err := s.SignWorker(ctx, req.Name, req.CSRs)
+	if err != nil {
+		log.WithError(err).Warn("worker join: certificates not signed")
+		http.Error(w, "sign the worker's certificates: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	log.Info("worker joined: its certificates are signed")
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(JoinResponse{CACert: s.CA.CertPEM, Certificates: certs})
+}
+
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -201,6 +358,9 @@ func contains(list []string, s string) bool {
 // fetches the CA and checks it against the token's pin, then sends the secret over TLS
 // verified with that CA.
 func RequestJoin(ctx context.Context, apiURL string, token Token, req JoinRequest) (*JoinResponse, error) {
+	if token.CAPin == "" && !token.SkipCAPin {
+		return nil, errors.New("the join token has no CA pin (FLO1:sha256:<hex>:<secret>), so this host cannot tell the site from an impostor: use the token the first host wrote to <data-dir>/token, or pass --insecure-skip-ca-pin")
+	}
 	insecure := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	caReq, _ := http.NewRequestWithContext(ctx, http.MethodGet, apiURL+CACertsPath, nil)
 	caResp, err := insecure.Do(caReq)
@@ -247,7 +407,9 @@ func RequestJoin(ctx context.Context, apiURL string, token Token, req JoinReques
 
 // ClusterState is what a host remembers about its place in the site (DIR/cluster.json).
 type ClusterState struct {
-	Member     bool     `json:"member"`
+	Member bool `json:"member"`
+	// Worker is set on a host that joined with --etcd=false: it never holds etcd.
+	Worker     bool     `json:"worker,omitempty"`
 	ClientURLs []string `json:"clientURLs,omitempty"`
 	// PeerURL is the peer URL this member last advertised; a change means the host's
 	// address changed and the cluster must learn the new one.

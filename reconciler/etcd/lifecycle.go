@@ -130,11 +130,21 @@ func (l *Lifecycle) poll() time.Duration {
 // JoinSite asks the site's hosts (as gossip shows them) to let this host in, until one does.
 // A refused token or a CA that does not match the pin ends it at once: retrying cannot help.
 func (l *Lifecycle) JoinSite(ctx context.Context, wantMember bool) (*JoinResponse, error) {
+	return l.join(ctx, JoinRequest{Name: l.Name, PeerURL: l.PeerURL, ClientURL: l.ClientURL, WantMember: wantMember})
+}
+
+// JoinAsWorker asks the site to let this host in as a worker (no etcd, no site CA key, no
+// admin token): the site signs csrs (PEM certificate requests by purpose, see
+// WorkerCertificates) and returns the certificates with the CA certificate.
+func (l *Lifecycle) JoinAsWorker(ctx context.Context, csrs map[string][]byte) (*JoinResponse, error) {
+	return l.join(ctx, JoinRequest{Name: l.Name, Worker: true, CSRs: csrs})
+}
+
+func (l *Lifecycle) join(ctx context.Context, req JoinRequest) (*JoinResponse, error) {
 	join := l.Join
 	if join == nil {
 		join = RequestJoin
 	}
-	req := JoinRequest{Name: l.Name, PeerURL: l.PeerURL, ClientURL: l.ClientURL, WantMember: wantMember}
 	for {
 		var lastErr error
 		for _, p := range l.Peers() {

@@ -185,6 +185,59 @@ func (ca *CA) IssueClient(commonName string, organizations []string, ttl time.Du
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
 }
 
+// SignBackdate is how far before the signing time a certificate of SignRequest starts to be
+// valid, for clocks a little behind (upstream's csrsigning backdates by as much).
+const SignBackdate = 5 * time.Minute
+
+// SignRequest issues a certificate for the public key of a certificate request whose
+// signature it checks, as kube-controller-manager's signer does: the request's subject and
+// subject alternative names (DNS, IP, email, URI) are copied, its other extensions are not,
+// and the key usages are those given. It is not a CA certificate. It is valid from
+// SignBackdate ago; it ends ttl after now, or, for a ttl shorter than 8 hours, ttl after its
+// start (so that it lives no longer than asked); never after the CA's own expiry. The
+// certificate is returned in PEM.
+func (ca *CA) SignRequest(cr *x509.CertificateRequest, usage x509.KeyUsage, extUsage []x509.ExtKeyUsage, ttl time.Duration) ([]byte, error) {
+	if ca.key == nil {
+		return nil, errors.New("the CA has no private key: it cannot sign")
+	}
+	if ttl <= 0 {
+		return nil, fmt.Errorf("validity %s: must be positive", ttl)
+	}
+	if err := cr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("the certificate request's signature does not verify: %w", err)
+	}
+	now := time.Now()
+	if !now.Before(ca.Cert.NotAfter) {
+		return nil, fmt.Errorf("the site CA expired at %s", ca.Cert.NotAfter.UTC().Format(time.RFC3339))
+	}
+	notBefore, notAfter := now.Add(-SignBackdate), now.Add(ttl)
+	if ttl < 8*time.Hour {
+		notAfter = notBefore.Add(ttl)
+	}
+	if notAfter.After(ca.Cert.NotAfter) {
+		notAfter = ca.Cert.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               cr.Subject,
+		DNSNames:              cr.DNSNames,
+		IPAddresses:           cr.IPAddresses,
+		EmailAddresses:        cr.EmailAddresses,
+		URIs:                  cr.URIs,
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
+		KeyUsage:              usage,
+		ExtKeyUsage:           slices.Clone(extUsage),
+		BasicConstraintsValid: true,
+		IsCA:                  false,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, cr.PublicKey, ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("sign a certificate for %q: %w", cr.Subject.CommonName, err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
 // Hash is the CA's pin, "sha256:<hex of the DER certificate>" (as in k3s join tokens).
 func (ca *CA) Hash() string {
 	sum := sha256.Sum256(ca.Cert.Raw)

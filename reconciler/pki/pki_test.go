@@ -3,11 +3,14 @@ package pki
 import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -200,5 +203,104 @@ func TestEnsureReissuesOnGroupChange(t *testing.T) {
 	}
 	if got := parseCert(t, read(certFile)); len(got.Subject.Organization) != 0 {
 		t.Errorf("after dropping the groups the certificate has organizations %v", got.Subject.Organization)
+	}
+}
+
+// certRequest makes a certificate request signed by a new key.
+func certRequest(t *testing.T, tmpl *x509.CertificateRequest) *x509.CertificateRequest {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr, err := x509.ParseCertificateRequest(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cr
+}
+
+// SignRequest copies the subject and names, sets the usages given, chains to the CA, backdates
+// by five minutes and keeps short certificates as short as asked.
+func TestSignRequest(t *testing.T) {
+	ca, err := LoadOrCreateCA(t.TempDir(), "flotilla-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr := certRequest(t, &x509.CertificateRequest{
+		Subject:     pkix.Name{CommonName: "system:node:h1", Organization: []string{"system:nodes"}},
+		DNSNames:    []string{"h1"},
+		IPAddresses: []net.IP{net.ParseIP("10.0.0.1")},
+	})
+	start := time.Now()
+	certPEM, err := ca.SignRequest(cr, x509.KeyUsageDigitalSignature, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, 30*24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := parseCert(t, certPEM)
+	if cert.Subject.CommonName != "system:node:h1" || !slices.Equal(cert.Subject.Organization, []string{"system:nodes"}) ||
+		!slices.Equal(cert.DNSNames, []string{"h1"}) || len(cert.IPAddresses) != 1 || !cert.IPAddresses[0].Equal(net.ParseIP("10.0.0.1")) {
+		t.Errorf("subject %v, names %v %v", cert.Subject, cert.DNSNames, cert.IPAddresses)
+	}
+	if cert.KeyUsage != x509.KeyUsageDigitalSignature || !slices.Equal(cert.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}) || cert.IsCA {
+		t.Errorf("usages %v %v, CA %v", cert.KeyUsage, cert.ExtKeyUsage, cert.IsCA)
+	}
+	if err := cert.CheckSignatureFrom(ca.Cert); err != nil {
+		t.Errorf("does not chain to the CA: %v", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: "h1", KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Errorf("verify: %v", err)
+	}
+	if d := start.Sub(cert.NotBefore); d < SignBackdate-time.Second || d > SignBackdate+time.Minute {
+		t.Errorf("NotBefore %v, %v before signing", cert.NotBefore, d)
+	}
+	if d := cert.NotAfter.Sub(start); d < 30*24*time.Hour-time.Second || d > 30*24*time.Hour+time.Minute {
+		t.Errorf("NotAfter %v, %v after signing", cert.NotAfter, d)
+	}
+
+	// A short certificate lives as long as asked, backdating included.
+	certPEM, err = ca.SignRequest(cr, x509.KeyUsageDigitalSignature, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert := parseCert(t, certPEM); cert.NotAfter.Sub(cert.NotBefore) != 10*time.Minute {
+		t.Errorf("short certificate valid %v to %v", cert.NotBefore, cert.NotAfter)
+	}
+
+	// Never past the CA.
+	certPEM, err = ca.SignRequest(cr, x509.KeyUsageDigitalSignature, nil, 20*365*24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert := parseCert(t, certPEM); !cert.NotAfter.Equal(ca.Cert.NotAfter) {
+		t.Errorf("NotAfter %v, CA's %v", cert.NotAfter, ca.Cert.NotAfter)
+	}
+}
+
+func TestSignRequestRefuses(t *testing.T) {
+	ca, err := LoadOrCreateCA(t.TempDir(), "flotilla-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr := certRequest(t, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "jane"}})
+	if _, err := ca.SignRequest(cr, x509.KeyUsageDigitalSignature, nil, 0); err == nil {
+		t.Error("signed for no time")
+	}
+	// A request whose signature does not verify (its subject changed after signing).
+	forged := certRequest(t, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "jane"}})
+	forged.RawTBSCertificateRequest = slices.Clone(forged.RawTBSCertificateRequest)
+	forged.Signature = slices.Clone(cr.Signature)
+	if _, err := ca.SignRequest(forged, x509.KeyUsageDigitalSignature, nil, time.Hour); err == nil || !strings.Contains(err.Error(), "signature") {
+		t.Errorf("signed a request with a bad signature: %v", err)
+	}
+	noKey := &CA{Cert: ca.Cert, CertPEM: ca.CertPEM}
+	if _, err := noKey.SignRequest(cr, x509.KeyUsageDigitalSignature, nil, time.Hour); err == nil {
+		t.Error("signed without a key")
 	}
 }

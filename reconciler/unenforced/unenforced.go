@@ -5,7 +5,6 @@
 package unenforced
 
 import (
-	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -37,8 +36,6 @@ var Kinds = []Kind{
 		"no LimitRanger admission runs, so pods get no default requests or limits from it and are not checked against its minimum and maximum"},
 	{networkingv1.Resource("networkpolicies"), "v1", "NetworkPolicy",
 		"pod traffic is not filtered: every pod can reach every other pod"},
-	{certificatesv1.Resource("certificatesigningrequests"), "v1", "CertificateSigningRequest",
-		"no signer runs, so an approved request is never issued a certificate"},
 }
 
 // Message is the warning and event message for k.

@@ -54,10 +54,10 @@ func BenchmarkGitOps(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	src := fmt.Sprintf(`apiVersion: flotilla.dev/v1alpha1
+	src := siteDeployer + fmt.Sprintf(`apiVersion: flotilla.dev/v1alpha1
 kind: GitSource
 metadata: {name: site, namespace: kube-system}
-spec: {url: %q, ref: {branch: main}, interval: 5s}
+spec: {url: %q, ref: {branch: main}, interval: 5s, serviceAccountName: site-deployer}
 `, repo.URL())
 	if out, err := s.Hosts[0].Kubectl(context.Background(), src, "apply", "-f", "-"); err != nil {
 		b.Fatalf("apply GitSource: %v %s", err, out)

@@ -122,6 +122,22 @@ func gitSource(t testing.TB, dyn dynamic.Interface) (ready, reason, msg, applied
 
 // TestGitPushToDeploy is the user story end to end on 3 hosts: push -> running and answering
 // through every host's Ingress; push a change -> rolled out with no failed request; push a bad
+// siteDeployer is ServiceAccount kube-system/site-deployer bound to cluster-admin: the
+// GitSources the tests add (every one but kube-system/root must name a ServiceAccount in
+// spec.serviceAccountName, whose permissions it applies with) name it. Prepend it to a
+// GitSource's manifest.
+const siteDeployer = `apiVersion: v1
+kind: ServiceAccount
+metadata: {name: site-deployer, namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: site-deployer}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects: [{kind: ServiceAccount, name: site-deployer, namespace: kube-system}]
+---
+`
+
 // commit -> nothing changes and the GitSource says why; revert -> applied again; kill -9 a
 // host -> its pods come back elsewhere and the app keeps answering; restart it -> it rejoins.
 func TestGitPushToDeploy(t *testing.T) {
@@ -143,10 +159,10 @@ func TestGitPushToDeploy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := fmt.Sprintf(`apiVersion: flotilla.dev/v1alpha1
+	src := siteDeployer + fmt.Sprintf(`apiVersion: flotilla.dev/v1alpha1
 kind: GitSource
 metadata: {name: site, namespace: kube-system}
-spec: {url: %q, ref: {branch: main}, interval: 3s}
+spec: {url: %q, ref: {branch: main}, interval: 3s, serviceAccountName: site-deployer}
 `, repo.URL())
 	if out, err := s.Hosts[0].Kubectl(context.Background(), src, "apply", "-f", "-"); err != nil {
 		t.Fatalf("apply GitSource: %v %s", err, out)

@@ -100,10 +100,10 @@ func TestRealRepositories(t *testing.T) {
 	operator := fixtureRepo(t, "operator", map[string]string{"CA_BUNDLE": b64(cert), "TLS_CRT": b64(cert), "TLS_KEY": b64(key)})
 	webapp := fixtureRepo(t, "webapp", nil)
 	for name, repo := range map[string]*devsite.GitRepo{"operator": operator, "webapp": webapp} {
-		apply(t, h, fmt.Sprintf(`apiVersion: flotilla.dev/v1alpha1
+		apply(t, h, siteDeployer+fmt.Sprintf(`apiVersion: flotilla.dev/v1alpha1
 kind: GitSource
 metadata: {name: %s, namespace: kube-system}
-spec: {url: %q, ref: {branch: main}, interval: 3s}
+spec: {url: %q, ref: {branch: main}, interval: 3s, serviceAccountName: site-deployer}
 `, name, repo.URL()))
 	}
 

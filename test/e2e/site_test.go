@@ -308,8 +308,18 @@ func TestWrongTokenCannotJoin(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "token")
 	good, _ := os.ReadFile(s.Hosts[0].TokenFile())
 	tok := strings.TrimSpace(string(good))
-	// Same CA pin, another secret.
-	wrong := tok[:strings.LastIndex(tok, ":")+1] + "not-the-secret"
+	// A guessable secret is refused before anything is sent.
+	if err := os.WriteFile(bad, []byte(tok[:strings.LastIndex(tok, ":")+1]+"not-the-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Hosts[1].Start("--token-file", bad, "--join", s.Hosts[0].GossipAddr()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "a host with a weak token exits saying why", func() (bool, string) {
+		return !s.Hosts[1].Running() && strings.Contains(s.Hosts[1].Logs(), "bits of entropy, at least 128 are needed"), tailLines(s.Hosts[1].Logs(), 5)
+	})
+	// Same CA pin, another (strong) secret.
+	wrong := tok[:strings.LastIndex(tok, ":")+1] + "5e8d2b7a9c4f1e3d6b0a8c2f7e4d9b1a3c5f7e2d"
 	if err := os.WriteFile(bad, []byte(wrong+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

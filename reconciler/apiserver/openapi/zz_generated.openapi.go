@@ -898,6 +898,13 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitSourceSpec(ref common.ReferenceC
 							},
 						},
 					},
+					"serviceAccountName": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ServiceAccountName names a ServiceAccount in the GitSource's namespace whose permissions the source's objects are dry-run, applied, pruned and read with: gitsync impersonates system:serviceaccount:<namespace>:<name>, so a revision with an object the ServiceAccount may not change is refused whole. Required for every GitSource but kube-system/root (the host's own source), which applies with gitsync's own identity when it is unset.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"suspend": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Suspend stops fetching and applying; the objects already applied stay as they are.",

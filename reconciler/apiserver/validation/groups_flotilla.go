@@ -163,6 +163,10 @@ func validateGitSourceSpec(gs *flotillav1alpha1.GitSource, p *field.Path, minInt
 	}
 
 	errs = append(errs, validateDependsOn(gs, p.Child("dependsOn"))...)
+	if s.ServiceAccountName != "" {
+		// The name a ServiceAccount may have (ValidateServiceAccountName: a DNS subdomain).
+		errs = append(errs, isDNSSubdomain(p.Child("serviceAccountName"), s.ServiceAccountName)...)
+	}
 	return errs
 }
 

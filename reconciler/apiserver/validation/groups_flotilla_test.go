@@ -47,6 +47,7 @@ func TestValidateGitSource(t *testing.T) {
 	dependsOn := func(refs ...flotillav1alpha1.NamespacedObjectReference) func(*gs) {
 		return func(g *gs) { g.Spec.DependsOn = refs }
 	}
+	sa := func(name string) func(*gs) { return func(g *gs) { g.Spec.ServiceAccountName = name } }
 	verify := func(mode flotillav1alpha1.VerifyMode, secret string) func(*gs) {
 		return func(g *gs) {
 			g.Spec.Verify = &flotillav1alpha1.GitVerification{Mode: mode}
@@ -192,6 +193,13 @@ func TestValidateGitSource(t *testing.T) {
 			errs(inv("spec.dependsOn[0].namespace")), ""},
 		{"dependsOn twice", dependsOn(flotillav1alpha1.NamespacedObjectReference{Name: "base"},
 			flotillav1alpha1.NamespacedObjectReference{Namespace: "flotilla-system", Name: "base"}), errs(dup("spec.dependsOn[1]")), ""},
+
+		// spec.serviceAccountName
+		{"serviceAccountName", sa("web-deployer"), none(), ""},
+		{"serviceAccountName with dots", sa("deploy.web"), none(), ""},
+		{"serviceAccountName upper case", sa("Deployer"), errs(inv("spec.serviceAccountName")), "RFC 1123 subdomain"},
+		{"serviceAccountName with a slash", sa("web/deployer"), errs(inv("spec.serviceAccountName")), ""},
+		{"serviceAccountName as a user name", sa("system:serviceaccount:web:deployer"), errs(inv("spec.serviceAccountName")), ""},
 
 		// metadata
 		{"bad name", func(g *gs) { g.Name = "Apps" }, errs(inv("metadata.name")), ""},

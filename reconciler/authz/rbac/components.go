@@ -83,6 +83,8 @@ const (
 	metricsGroup      = "metrics.k8s.io"
 	policyGroup       = "policy"
 	flotillaGroup     = "flotilla.dev"
+	certificatesGroup = "certificates.k8s.io"
+	authzGroup        = "authorization.k8s.io"
 )
 
 // named restricts a rule to the objects of the given names. Only requests that name an
@@ -264,6 +266,24 @@ var controllerPolicies = map[string][]rbacv1.PolicyRule{
 	"rootca": {
 		rule(verbs("create", "update"), coreGroup, "configmaps"),
 	},
+	// csrsigning/sync.go: UpdateStatus of CertificateSigningRequests (the certificate, or the
+	// Failed condition); sign on the signers it issues for, as upstream's csrsigning. It
+	// reads the requests through the shared informers.
+	"csrsigning": {
+		rule(verbs("update"), certificatesGroup, "certificatesigningrequests/status"),
+		named(rule(verbs("sign"), certificatesGroup, "signers"),
+			"kubernetes.io/kube-apiserver-client", "kubernetes.io/kube-apiserver-client-kubelet", "kubernetes.io/kubelet-serving"),
+	},
+	// csrapproving/sync.go: UpdateApproval of CertificateSigningRequests; approve on the
+	// signers whose requests it approves, as upstream's csrapproving; SubjectAccessReviews
+	// Create (may the requester create certificatesigningrequests/selfnodeclient?). It reads
+	// the requests and Nodes through the shared informers.
+	"csrapproving": {
+		rule(verbs("update"), certificatesGroup, "certificatesigningrequests/approval"),
+		named(rule(verbs("approve"), certificatesGroup, "signers"),
+			"kubernetes.io/kube-apiserver-client-kubelet", "kubernetes.io/kubelet-serving"),
+		rule(verbs("create"), authzGroup, "subjectaccessreviews"),
+	},
 	// clusterroleaggregation rewrites the rules of aggregated ClusterRoles. A ClusterRole
 	// with an aggregationRule may only be written by who holds every permission or may
 	// escalate clusterroles (the RBAC escalation admission check).
@@ -303,6 +323,13 @@ var controllerPolicies = map[string][]rbacv1.PolicyRule{
 // Requests of the Ingress proxy (proxy/ingress):
 //   - ingresses/status: UpdateStatus with the host's address;
 //   - events (flotilla-ingress): create, patch.
+//
+// CertificateSigningRequests: create, get, list and watch, as upstream's system:node (a
+// kubelet asks for its certificates and waits for them), and create of
+// certificatesigningrequests/selfnodeclient, which csrapproving checks with a
+// SubjectAccessReview before it approves a node's request for its own client certificate
+// (upstream's system:certificates.k8s.io:certificatesigningrequests:selfnodeclient, which
+// kubeadm binds to system:nodes).
 var nodeRules = []rbacv1.PolicyRule{
 	rule(verbs("list", "watch"), coreGroup, "configmaps", "persistentvolumeclaims", "persistentvolumes", "pods", "secrets", "services"),
 	rule(verbs("get", "list", "watch"), coreGroup, "nodes"),
@@ -318,6 +345,8 @@ var nodeRules = []rbacv1.PolicyRule{
 	rule(verbs("create"), coreGroup, "serviceaccounts/token"),
 	rule(verbs("create", "patch"), coreGroup, "events"),
 	rule(verbs("update"), networkingGroup, "ingresses/status"),
+	rule(verbs("create", "get", "list", "watch"), certificatesGroup, "certificatesigningrequests"),
+	rule(verbs("create"), certificatesGroup, "certificatesigningrequests/selfnodeclient"),
 }
 
 // gitWebhookRules are the rules of GitWebhookUser (gitsync/webhook.go). For each delivery
@@ -342,6 +371,7 @@ func ComponentClusterRoles() []rbacv1.ClusterRole {
 		{ObjectMeta: metav1.ObjectMeta{Name: ControllerManagerUser}, Rules: copyRules(controllerManagerRules)},
 		{ObjectMeta: metav1.ObjectMeta{Name: nodeRoleName}, Rules: copyRules(nodeRules)},
 		{ObjectMeta: metav1.ObjectMeta{Name: GitWebhookUser}, Rules: copyRules(gitWebhookRules)},
+		joinClusterRole(),
 	}
 	for _, name := range ControllerNames() {
 		rules, ok := controllerPolicies[name]
@@ -367,7 +397,12 @@ func ComponentClusterRoles() []rbacv1.ClusterRole {
 //
 // gitsync is the exception: it applies whatever the site's git repositories hold,
 // ClusterRoles, bindings and CustomResourceDefinitions included, and may only grant
-// what it holds itself, so binding system:controller:gitsync refers to cluster-admin. The
+// what it holds itself, so binding system:controller:gitsync refers to cluster-admin.
+// That also holds what it needs to apply every other GitSource as the ServiceAccount its
+// spec.serviceAccountName names (gitsync.Impersonation): impersonate on serviceaccounts and
+// on the groups system:serviceaccounts, system:serviceaccounts:<namespace> and
+// system:authenticated; a role of its own could not be narrower than cluster-admin while
+// kube-system/root applies with gitsync's identity. The
 // bindings carry the metadata of BootstrapClusterRoleBindings, and a new slice is
 // returned on every call.
 func ComponentClusterRoleBindings() []rbacv1.ClusterRoleBinding {
@@ -375,6 +410,7 @@ func ComponentClusterRoleBindings() []rbacv1.ClusterRoleBinding {
 		componentBinding(ControllerManagerUser, ControllerManagerUser, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: ControllerManagerUser}),
 		componentBinding(nodeRoleName, nodeRoleName, rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: NodesGroup}),
 		componentBinding(GitWebhookUser, GitWebhookUser, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: GitWebhookUser}),
+		joinClusterRoleBinding(),
 	}
 	for _, name := range ControllerNames() {
 		roleName := controllerRoleName(name)

@@ -13,7 +13,7 @@ import (
 // hostControllers are the controllers the hosts run (controllerList of nodes/host).
 var hostControllers = []string{"gitsync", "replicaset", "deployment", "statefulset", "daemonset", "job", "cronjob",
 	"podautoscaler", "servicelb", "volumebinding", "localvolume", "serviceaccount", "unenforced", "garbagecollector",
-	"endpointslice", "nodelifecycle", "scheduler", "nodeipam", "namespace", "disruption"}
+	"endpointslice", "nodelifecycle", "scheduler", "nodeipam", "namespace", "disruption", "csrsigning", "csrapproving"}
 
 func TestControllerNames(t *testing.T) {
 	names := ControllerNames()
@@ -66,7 +66,7 @@ func TestComponentPolicy(t *testing.T) {
 			}
 		}
 	}
-	if n := len(roles) - bootstrapRoles; n != len(ControllerNames())+2 { // + controller manager + node + git webhook - gitsync
+	if n := len(roles) - bootstrapRoles; n != len(ControllerNames())+3 { // + controller manager + node + git webhook + join - gitsync
 		t.Errorf("%d component roles", n)
 	}
 
@@ -114,7 +114,8 @@ func TestComponentPolicy(t *testing.T) {
 		}
 		wantBinding("system:controller:"+name, "system:controller:"+name, rbacv1.UserKind, ControllerUser(name))
 	}
-	if len(bound) != len(ControllerNames())+3 {
+	wantBinding(JoinUser, JoinUser, rbacv1.UserKind, JoinUser)
+	if len(bound) != len(ControllerNames())+4 {
 		t.Errorf("%d component bindings", len(bound))
 	}
 	// Every component role is bound.
@@ -270,9 +271,24 @@ func TestComponentCalls(t *testing.T) {
 		ControllerUser("clusterroleaggregation"): {
 			{"update", rbacv1.GroupName, "clusterroles", "", "admin"}, {"escalate", rbacv1.GroupName, "clusterroles", "", "admin"},
 		},
+		ControllerUser("csrsigning"): {
+			{"update", certificatesGroup, "certificatesigningrequests/status", "", "csr-1"},
+			{"sign", certificatesGroup, "signers", "", "kubernetes.io/kube-apiserver-client"},
+			{"sign", certificatesGroup, "signers", "", "kubernetes.io/kube-apiserver-client-kubelet"},
+			{"sign", certificatesGroup, "signers", "", "kubernetes.io/kubelet-serving"},
+		},
+		ControllerUser("csrapproving"): {
+			{"update", certificatesGroup, "certificatesigningrequests/approval", "", "csr-1"},
+			{"approve", certificatesGroup, "signers", "", "kubernetes.io/kube-apiserver-client-kubelet"},
+			{"approve", certificatesGroup, "signers", "", "kubernetes.io/kubelet-serving"},
+			{"create", authzGroup, "subjectaccessreviews", "", ""},
+		},
 		ControllerUser("gitsync"): {
 			{"create", rbacv1.GroupName, "clusterrolebindings", "", ""}, {"escalate", rbacv1.GroupName, "clusterroles", "", "r"},
 			{"create", "apiextensions.k8s.io", "customresourcedefinitions", "", ""}, {"delete", "example.com", "widgets", "ns1", "w"},
+			// A GitSource's spec.serviceAccountName: gitsync.Impersonation's user and groups.
+			{"impersonate", core, "serviceaccounts", "ns1", "deployer"}, {"impersonate", core, "groups", "", "system:serviceaccounts"},
+			{"impersonate", core, "groups", "", "system:serviceaccounts:ns1"}, {"impersonate", core, "groups", "", "system:authenticated"},
 		},
 		GitWebhookUser: {
 			{"get", flotillaGroup, "gitsources", "ns1", "apps"}, {"patch", flotillaGroup, "gitsources", "ns1", "apps"},
@@ -292,6 +308,10 @@ func TestComponentCalls(t *testing.T) {
 			{"create", core, "serviceaccounts/token", "ns1", "default"},
 			{"create", core, "events", "ns1", ""}, {"patch", core, "events", "ns1", "e"},
 			{"update", networkingGroup, "ingresses/status", "ns1", "i"},
+			{"create", certificatesGroup, "certificatesigningrequests", "", ""},
+			{"get", certificatesGroup, "certificatesigningrequests", "", "csr-1"},
+			{"watch", certificatesGroup, "certificatesigningrequests", "", ""},
+			{"create", certificatesGroup, "certificatesigningrequests/selfnodeclient", "", ""},
 		},
 	}
 	for _, name := range ControllerNames() {
@@ -368,6 +388,18 @@ func TestComponentLimits(t *testing.T) {
 		{"scheduler binds as a controller name", componentUser("system:controller:scheduler"), call{"create", core, "pods/binding", "ns1", "p"}, false},
 		{"rootca deletes configmaps", ctrl("rootca"), call{"delete", core, "configmaps", "ns1", "c"}, false},
 		{"clusterroleaggregation binds", ctrl("clusterroleaggregation"), call{"create", rbacv1.GroupName, "clusterrolebindings", "", ""}, false},
+		{"csrsigning signs for another signer", ctrl("csrsigning"), call{"sign", certificatesGroup, "signers", "", "example.com/signer"}, false},
+		{"csrsigning approves", ctrl("csrsigning"), call{"update", certificatesGroup, "certificatesigningrequests/approval", "", "c"}, false},
+		{"csrsigning approves for a signer", ctrl("csrsigning"), call{"approve", certificatesGroup, "signers", "", "kubernetes.io/kube-apiserver-client"}, false},
+		{"csrsigning updates requests", ctrl("csrsigning"), call{"update", certificatesGroup, "certificatesigningrequests", "", "c"}, false},
+		{"csrapproving approves admin clients", ctrl("csrapproving"), call{"approve", certificatesGroup, "signers", "", "kubernetes.io/kube-apiserver-client"}, false},
+		{"csrapproving signs", ctrl("csrapproving"), call{"update", certificatesGroup, "certificatesigningrequests/status", "", "c"}, false},
+		{"csrapproving signs for a signer", ctrl("csrapproving"), call{"sign", certificatesGroup, "signers", "", "kubernetes.io/kubelet-serving"}, false},
+		{"csrapproving deletes requests", ctrl("csrapproving"), call{"delete", certificatesGroup, "certificatesigningrequests", "", "c"}, false},
+		{"node approves requests", h1, call{"update", certificatesGroup, "certificatesigningrequests/approval", "", "c"}, false},
+		{"node signs requests", h1, call{"update", certificatesGroup, "certificatesigningrequests/status", "", "c"}, false},
+		{"node creates selfnodeclient", h1, call{"create", certificatesGroup, "certificatesigningrequests/selfnodeclient", "", ""}, true},
+		{"node deletes requests", h1, call{"delete", certificatesGroup, "certificatesigningrequests", "", "c"}, false},
 		{"unknown controller", ctrl("nosuch"), call{"create", core, "pods", "ns1", ""}, false},
 
 		{"git webhook updates gitsources", hook, call{"update", flotillaGroup, "gitsources", "ns1", "apps"}, false},

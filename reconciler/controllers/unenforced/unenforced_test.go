@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"slices"
 	"testing"
 	"time"
 
@@ -28,6 +29,18 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/unenforced"
 	"github.com/flotilla-dev/flotilla/test/controllertest"
 )
+
+// csrKind stands for a cluster-scoped kind: none is unenforced since csrsigning signs
+// CertificateSigningRequests, so the tests add it to unenforced.Kinds (withClusterKind).
+var csrKind = unenforced.Kind{Resource: certificatesv1.Resource("certificatesigningrequests"), Version: "v1",
+	Kind: "CertificateSigningRequest", Effect: "test: a cluster-scoped kind"}
+
+// withClusterKind adds csrKind to unenforced.Kinds until the test ends.
+func withClusterKind(t *testing.T) {
+	saved := unenforced.Kinds
+	unenforced.Kinds = append(slices.Clone(saved), csrKind)
+	t.Cleanup(func() { unenforced.Kinds = saved })
+}
 
 func kind(t *testing.T, name string) unenforced.Kind {
 	t.Helper()
@@ -53,6 +66,7 @@ func object(k unenforced.Kind, ns, name, rv string, generation int64) *metav1.Pa
 // cluster-scoped CertificateSigningRequest, here without a generation, gets it on create and
 // on every change.
 func TestUnenforcedEvents(t *testing.T) {
+	withClusterKind(t)
 	netpol, clusterRole := kind(t, "NetworkPolicy"), kind(t, "CertificateSigningRequest")
 	scheme := runtime.NewScheme()
 	metav1.AddMetaToScheme(scheme)
@@ -145,6 +159,7 @@ func TestUnenforcedEvents(t *testing.T) {
 // Against a real agent: a new ResourceQuota gets the NotEnforced event in its namespace, a new
 // CertificateSigningRequest (cluster-scoped) gets it in namespace default.
 func TestUnenforcedEventsAgent(t *testing.T) {
+	withClusterKind(t)
 	_, client, c := controllertest.StartController(t, unenforcedcontroller.NewController)
 	controllertest.Eventually(t, 30*time.Second, "informers synced", func() (bool, error) { return c.HasSynced(), nil })
 	ctx := context.Background()

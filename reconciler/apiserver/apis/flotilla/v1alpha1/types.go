@@ -125,6 +125,15 @@ type GitSourceSpec struct {
 	// +listType=atomic
 	DependsOn []NamespacedObjectReference `json:"dependsOn,omitempty"`
 
+	// ServiceAccountName names a ServiceAccount in the GitSource's namespace whose
+	// permissions the source's objects are dry-run, applied, pruned and read with: gitsync
+	// impersonates system:serviceaccount:<namespace>:<name>, so a revision with an object
+	// the ServiceAccount may not change is refused whole. Required for every GitSource but
+	// kube-system/root (the host's own source), which applies with gitsync's own identity
+	// when it is unset.
+	// +optional
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
 	// Suspend stops fetching and applying; the objects already applied stay as they are.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
