@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/flotilla-dev/flotilla/reconciler/authz/rbac"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -27,9 +28,6 @@ import (
 
 // NodeRestrictionPluginName is the admission plugin's upstream name.
 const NodeRestrictionPluginName = "NodeRestriction"
-
-// nodeUserPrefix is the user name prefix of a host's identity (rbac.NodeUser).
-const nodeUserPrefix = "system:node:"
 
 // flotillaNoPodsTaint is the taint a host that runs no pods puts on its own Node
 // (nodes/agent.TaintNoPods; the agent adds or removes it when it registers again with a
@@ -92,7 +90,7 @@ func nodeIdentity(u user.Info) (string, bool) {
 	if u == nil {
 		return "", false
 	}
-	name, ok := strings.CutPrefix(u.GetName(), nodeUserPrefix)
+	name, ok := strings.CutPrefix(u.GetName(), rbac.NodeUserPrefix)
 	if !ok || !slices.Contains(u.GetGroups(), user.NodesGroup) {
 		return "", false
 	}
@@ -162,7 +160,7 @@ func admitNodeCSR(nodeName string, a admission.Attributes) error {
 	if err != nil {
 		return admission.NewForbidden(a, fmt.Errorf("node %q sent an unreadable certificate request: %v", nodeName, err))
 	}
-	if want := "system:node:" + nodeName; req.Subject.CommonName != want {
+	if want := rbac.NodeUser(nodeName); req.Subject.CommonName != want {
 		return admission.NewForbidden(a, fmt.Errorf("node %q may only request certificates for %q, not %q", nodeName, want, req.Subject.CommonName))
 	}
 	return nil

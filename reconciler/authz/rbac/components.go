@@ -28,10 +28,12 @@ const (
 
 const (
 	controllerUserPrefix = "system:controller:"
-	nodeUserPrefix       = "system:node:"
-	nodeRoleName         = "system:node"
-	schedulerController  = "scheduler"
-	gitsyncController    = "gitsync"
+	// NodeUserPrefix starts the user name (and a certificate's common name) of every
+	// host's identity.
+	NodeUserPrefix      = "system:node:"
+	nodeRoleName        = "system:node"
+	schedulerController = "scheduler"
+	gitsyncController   = "gitsync"
 )
 
 // ControllerUser is the identity a controller writes with (and reads with, where it asks
@@ -48,7 +50,7 @@ func ControllerUser(name string) string {
 // NodeUser is the identity of host name: "system:node:" + name, in NodesGroup. It is what
 // the host runs for itself: the node agent, the pod network routes, the Service proxy,
 // cluster DNS and the Ingress proxy.
-func NodeUser(name string) string { return nodeUserPrefix + name }
+func NodeUser(name string) string { return NodeUserPrefix + name }
 
 // ControllerNames returns, sorted, the name of every controller that has an identity:
 // those the hosts run, and rootca and clusterroleaggregation.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/flotilla-dev/flotilla/reconciler/authz/rbac"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -16,11 +17,12 @@ import (
 // pkg/apis/certificates/v1 ValidateKubeletClientCSR and ValidateKubeletServingCSR and the
 // signer's isKubeAPIServerClient (pkg/controller/certificates/signer), with their messages.
 
-// NodeUserPrefix starts the user name (and the certificate's common name) of a node.
-const NodeUserPrefix = "system:node:"
-
+// NodeUserPrefix starts the user name (and the certificate's common name) of a node;
 // NodesGroup is the only organization of a node's certificates.
-const NodesGroup = "system:nodes"
+const (
+	NodeUserPrefix = rbac.NodeUserPrefix
+	NodesGroup     = rbac.NodesGroup
+)
 
 var (
 	errOrganizationNotSystemNodes = errors.New("subject organization is not system:nodes")
