@@ -45,7 +45,7 @@ func containerEnv(pod *corev1.Pod, c *corev1.Container, src envSources) ([]strin
 			optional := from.ConfigMapRef.Optional != nil && *from.ConfigMapRef.Optional
 			cm, err := src.ConfigMap(pod.Namespace, from.ConfigMapRef.Name)
 			if err != nil {
-				if optional {
+				if optional && apierrors.IsNotFound(err) {
 					continue
 				}
 				return nil, fmt.Errorf("envFrom configMap %q: %w", from.ConfigMapRef.Name, err)
@@ -57,7 +57,7 @@ func containerEnv(pod *corev1.Pod, c *corev1.Container, src envSources) ([]strin
 			optional := from.SecretRef.Optional != nil && *from.SecretRef.Optional
 			s, err := src.Secret(pod.Namespace, from.SecretRef.Name)
 			if err != nil {
-				if optional {
+				if optional && apierrors.IsNotFound(err) {
 					continue
 				}
 				return nil, fmt.Errorf("envFrom secret %q: %w", from.SecretRef.Name, err)
@@ -115,7 +115,7 @@ func envValueFrom(pod *corev1.Pod, c *corev1.Container, from *corev1.EnvVarSourc
 		optional := ref.Optional != nil && *ref.Optional
 		cm, err := src.ConfigMap(pod.Namespace, ref.Name)
 		if err != nil {
-			if optional {
+			if optional && apierrors.IsNotFound(err) {
 				return "", false, nil
 			}
 			return "", false, fmt.Errorf("configMap %q: %w", ref.Name, err)
@@ -133,7 +133,7 @@ func envValueFrom(pod *corev1.Pod, c *corev1.Container, from *corev1.EnvVarSourc
 		optional := ref.Optional != nil && *ref.Optional
 		s, err := src.Secret(pod.Namespace, ref.Name)
 		if err != nil {
-			if optional {
+			if optional && apierrors.IsNotFound(err) {
 				return "", false, nil
 			}
 			return "", false, fmt.Errorf("secret %q: %w", ref.Name, err)

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/flotilla-dev/flotilla/nodes/network"
+	"github.com/flotilla-dev/flotilla/nodes/refcache"
 	rt "github.com/flotilla-dev/flotilla/nodes/runtime"
 )
 
@@ -74,9 +75,13 @@ type PodConfig struct {
 	// (the default) or Unconfined. Localhost profiles are files below DataDir/seccomp.
 	SeccompDefault string
 	// Informers is the host's shared factory; nil makes one of its own. It must be unfiltered:
-	// ConfigMaps, Secrets, Services, PersistentVolumeClaims and PersistentVolumes are looked up
-	// by name across the cluster.
+	// the Services of every namespace make the containers' Service environment.
 	Informers informers.SharedInformerFactory
+	// Objects reads the ConfigMaps, Secrets, PersistentVolumeClaims and PersistentVolumes the
+	// pods use, each by name with a watch of its own (nodes/refcache), which is all the Node
+	// authorizer lets a host read of them; the host shares it with the Ingress proxy and
+	// checkpoints it. Nil makes one of its own, kept in memory only, when Run starts.
+	Objects *refcache.Objects
 	// PodInformers is the host's shared factory for the pods of this node, filtered by
 	// spec.nodeName (NodePodInformerFactory makes one); nil makes one of its own.
 	//
@@ -94,11 +99,8 @@ type PodManager struct {
 	log    *logrus.Entry
 
 	pods       corelisters.PodLister
-	configMaps corelisters.ConfigMapLister
-	secrets    corelisters.SecretLister
 	services   corelisters.ServiceLister
-	pvcs       corelisters.PersistentVolumeClaimLister
-	pvs        corelisters.PersistentVolumeLister
+	objects    *refcache.Objects // set by Run when cfg.Objects is nil
 	synced     []cache.InformerSynced
 	podFactory informers.SharedInformerFactory
 	factory    informers.SharedInformerFactory
@@ -150,16 +152,10 @@ func NewPodManager(client kubernetes.Interface, cfg PodConfig) *PodManager {
 	}
 	podInf := m.podFactory.Core().V1().Pods()
 	m.pods = podInf.Lister()
-	m.configMaps = m.factory.Core().V1().ConfigMaps().Lister()
-	m.secrets = m.factory.Core().V1().Secrets().Lister()
 	m.services = m.factory.Core().V1().Services().Lister()
-	m.pvcs = m.factory.Core().V1().PersistentVolumeClaims().Lister()
-	m.pvs = m.factory.Core().V1().PersistentVolumes().Lister()
+	m.objects = cfg.Objects
 	m.servicesSynced = m.factory.Core().V1().Services().Informer().HasSynced
-	m.synced = []cache.InformerSynced{podInf.Informer().HasSynced,
-		m.factory.Core().V1().ConfigMaps().Informer().HasSynced, m.factory.Core().V1().Secrets().Informer().HasSynced,
-		m.factory.Core().V1().Services().Informer().HasSynced, m.factory.Core().V1().PersistentVolumeClaims().Informer().HasSynced,
-		m.factory.Core().V1().PersistentVolumes().Informer().HasSynced}
+	m.synced = []cache.InformerSynced{podInf.Informer().HasSynced, m.factory.Core().V1().Services().Informer().HasSynced}
 	m.podHandler, _ = podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { m.podChanged(obj) },
 		UpdateFunc: func(_, obj any) { m.podChanged(obj) },
@@ -182,6 +178,10 @@ func NewPodManager(client kubernetes.Interface, cfg PodConfig) *PodManager {
 func (m *PodManager) Run(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(m.cfg.DataDir, "pods"), 0o755); err != nil {
 		return err
+	}
+	if m.objects == nil {
+		// Before the pod informer starts the workers that read it.
+		m.objects = refcache.NewObjects(ctx, m.client, refcache.Config{Log: m.log.WithField("component", "objects")})
 	}
 	m.podFactory.Start(ctx.Done())
 	m.factory.Start(ctx.Done())
@@ -432,12 +432,24 @@ func (m *PodManager) podDir(uid types.UID) string {
 	return filepath.Join(m.cfg.DataDir, "pods", string(uid))
 }
 
+// configMap, secret, pvc and pv read what the pods use, by name: a NotFound error when it
+// does not exist; another error (not read yet, refused because the API server has not
+// seen the pod on this host yet, or the API is unreachable and the checkpoint does not
+// hold it) means the next sync tries again.
 func (m *PodManager) configMap(ns, name string) (*corev1.ConfigMap, error) {
-	return m.configMaps.ConfigMaps(ns).Get(name)
+	return m.objects.ConfigMaps.Get(ns, name)
 }
 
 func (m *PodManager) secret(ns, name string) (*corev1.Secret, error) {
-	return m.secrets.Secrets(ns).Get(name)
+	return m.objects.Secrets.Get(ns, name)
+}
+
+func (m *PodManager) pvc(ns, name string) (*corev1.PersistentVolumeClaim, error) {
+	return m.objects.PVCs.Get(ns, name)
+}
+
+func (m *PodManager) pv(name string) (*corev1.PersistentVolume, error) {
+	return m.objects.PVs.Get("", name)
 }
 
 // serviceEnvSources returns the Services whose variables the pod's containers see. Like the

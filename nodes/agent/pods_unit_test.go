@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -42,8 +44,11 @@ func TestContainerEnv(t *testing.T) {
 			return &corev1.ConfigMap{Data: map[string]string{"mode": "edge"}}, nil
 		},
 		Secret: func(ns, name string) (*corev1.Secret, error) {
-			if name == "missing" {
+			switch name {
+			case "missing":
 				return nil, errNotThere
+			case "refused":
+				return nil, apierrors.NewForbidden(corev1.Resource("secrets"), name, errors.New("no relationship found"))
 			}
 			return &corev1.Secret{Data: map[string][]byte{"password": []byte("s3cret")}}, nil
 		},
@@ -75,17 +80,22 @@ func TestContainerEnv(t *testing.T) {
 	if _, ok := got["OPT"]; ok {
 		t.Error("an optional missing secret must leave the variable unset")
 	}
+	// An optional Secret that cannot be read yet (the API server has not seen the pod on
+	// this host) is retried, not left out.
+	opt := *c
+	opt.Env = append(append([]corev1.EnvVar(nil), c.Env...), corev1.EnvVar{Name: "LATER", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "refused"}, Key: "k", Optional: ptr.To(true)}}})
+	if _, err := containerEnv(pod, &opt, src); !apierrors.IsForbidden(err) {
+		t.Errorf("an optional secret refused must fail, got %v", err)
+	}
 	c.Env = append(c.Env, corev1.EnvVar{Name: "BAD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "missing"}, Key: "k"}}})
 	if _, err := containerEnv(pod, c, src); err == nil || !strings.Contains(err.Error(), `secret "missing"`) {
 		t.Errorf("a required missing secret must fail naming it, got %v", err)
 	}
 }
 
-type notThere struct{}
-
-func (notThere) Error() string { return "not found" }
-
-var errNotThere error = notThere{}
+// errNotThere is what the object caches answer for an object that does not exist.
+var errNotThere error = apierrors.NewNotFound(corev1.Resource("secrets"), "missing")
 
 func TestResolvConf(t *testing.T) {
 	host := parseResolvConf("nameserver 192.0.2.53\nsearch corp.example\noptions edns0\n")

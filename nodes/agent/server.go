@@ -48,11 +48,11 @@ func (m *PodManager) Serve(ctx context.Context, cfg ServerConfig) error {
 	mux.HandleFunc("GET /portForward/{namespace}/{pod}", m.servePortForward)
 	mux.HandleFunc("POST /portForward/{namespace}/{pod}", m.servePortForward)
 	mux.HandleFunc("GET "+stats.SummaryPath, m.serveStats)
-	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+	certs, err := newKeyPairReloader(cfg.CertFile, cfg.KeyFile)
 	if err != nil {
 		return fmt.Errorf("node agent endpoint certificate: %w", err)
 	}
-	tlsCfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	tlsCfg := &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}
 	if cfg.ClientCAFile != "" {
 		pem, err := os.ReadFile(cfg.ClientCAFile)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // volumeSources is what volumes may refer to.
@@ -163,7 +164,7 @@ func keyFiles(data map[string][]byte, items []corev1.KeyToPath, defMode *int32, 
 func configMapFiles(pod *corev1.Pod, name string, items []corev1.KeyToPath, optional *bool, defMode *int32, src volumeSources) (map[string]fileContent, error) {
 	cm, err := src.ConfigMap(pod.Namespace, name)
 	if err != nil {
-		if optional != nil && *optional {
+		if optional != nil && *optional && apierrors.IsNotFound(err) {
 			return map[string]fileContent{}, nil
 		}
 		return nil, fmt.Errorf("%w: configMap %q: %v", errVolumeNotReady, name, err)
@@ -181,7 +182,7 @@ func configMapFiles(pod *corev1.Pod, name string, items []corev1.KeyToPath, opti
 func secretFiles(pod *corev1.Pod, name string, items []corev1.KeyToPath, optional *bool, defMode *int32, src volumeSources) (map[string]fileContent, error) {
 	s, err := src.Secret(pod.Namespace, name)
 	if err != nil {
-		if optional != nil && *optional {
+		if optional != nil && *optional && apierrors.IsNotFound(err) {
 			return map[string]fileContent{}, nil
 		}
 		return nil, fmt.Errorf("%w: secret %q: %v", errVolumeNotReady, name, err)

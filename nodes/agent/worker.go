@@ -209,11 +209,7 @@ func (w *podWorker) sync(ctx context.Context, pod *corev1.Pod) error {
 	var volErr error
 	if sandboxErr == nil {
 		volumes, volErr = prepareVolumes(pod, w.m.podDir(pod.UID), volumeSources{
-			ConfigMap: w.m.configMap, Secret: w.m.secret,
-			PVC: func(ns, n string) (*corev1.PersistentVolumeClaim, error) {
-				return w.m.pvcs.PersistentVolumeClaims(ns).Get(n)
-			},
-			PV: w.m.pvs.Get,
+			ConfigMap: w.m.configMap, Secret: w.m.secret, PVC: w.m.pvc, PV: w.m.pv,
 			ServiceAccountToken: func(pod *corev1.Pod, p *corev1.ServiceAccountTokenProjection) ([]byte, error) {
 				return w.m.tokens.token(ctx, pod, p)
 			},

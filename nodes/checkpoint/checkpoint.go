@@ -279,7 +279,12 @@ func (w *writer) run(ctx context.Context) {
 
 // write stores the informer's objects, sorted by key, with rv.
 func (w *writer) write(rv string) error {
-	objs := w.inf.GetStore().List()
+	return writeList(w.file, w.k.NewList, w.inf.GetStore().List(), rv)
+}
+
+// writeList writes objs, sorted by key, as a list of newList's type with resourceVersion
+// rv to file.
+func writeList(file string, newList func() runtime.Object, objs []any, rv string) error {
 	sort.Slice(objs, func(i, j int) bool {
 		ki, _ := cache.MetaNamespaceKeyFunc(objs[i])
 		kj, _ := cache.MetaNamespaceKeyFunc(objs[j])
@@ -291,7 +296,7 @@ func (w *writer) write(rv string) error {
 			items = append(items, ro)
 		}
 	}
-	list := w.k.NewList()
+	list := newList()
 	if err := meta.SetList(list, items); err != nil {
 		return err
 	}
@@ -304,7 +309,7 @@ func (w *writer) write(rv string) error {
 	if err != nil {
 		return err
 	}
-	return renameio.WriteFile(w.file, b, 0o600)
+	return renameio.WriteFile(file, b, 0o600)
 }
 
 // Register makes f's informers of kinds checkpointed: the factory's typed accessors (e.g.

@@ -25,6 +25,8 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 	"github.com/flotilla-dev/flotilla/reconciler/etcd"
+	"github.com/flotilla-dev/flotilla/reconciler/hostaccess"
+	"github.com/flotilla-dev/flotilla/reconciler/pki"
 )
 
 // startAPI serves the Kubernetes API (with the join endpoint and git push webhooks in front
@@ -33,8 +35,12 @@ import (
 // URLs in gossip.
 func (h *Host) startAPI() error {
 	c := h.cfg
+	joinClient, err := kubernetes.NewForConfig(h.ids.join)
+	if err != nil {
+		return err
+	}
 	joinServer := &etcd.JoinServer{CA: h.ca, Token: h.token, AdminToken: h.adminToken, Client: h.etcdClient, Voters: c.EtcdVoters,
-		SignWorker: h.signWorker}
+		SignWorker: h.signWorker, Policy: &hostaccess.Policy{Client: joinClient, Initial: h.token.Secret}}
 	// One handler for the API port and the webhook port: one replay memory and one rate
 	// limit per host.
 	gitHook := gitsync.NewWebhook()
@@ -154,12 +160,20 @@ func (h *Host) waitReady() error {
 // --git-webhook-secret-file).
 func (h *Host) startSite() error {
 	go runKubernetesService(h.runCtx, h.apiClient, firstIP(h.vopts.ServiceCIDR), int32(h.cfg.APIPort))
+	go h.retry("label this server's Node "+ControlPlaneLabel, func(ctx context.Context) error {
+		return labelControlPlane(ctx, h.apiClient, h.cfg.Name)
+	})
 	if h.cfg.Proxy {
 		go h.retry("ensure Service kube-system/kube-dns", func(ctx context.Context) error {
 			return dns.EnsureService(ctx, h.apiClient, net.ParseIP(h.cfg.ClusterDNS))
 		})
 		go h.retry("ensure IngressClass flotilla", func(ctx context.Context) error { return ingress.EnsureClass(ctx, h.apiClient) })
 	}
+	// The hosts removed from the site: gossip ignores them, the etcd leader removes their
+	// membership (the API servers refuse their certificates on their own).
+	h.revoked = hostaccess.NewRevocations(h.apiClient, pki.SignBackdate)
+	h.gossip.SetBanned(h.revoked.Banned)
+	go h.revoked.Run(h.runCtx.Done())
 	h.runEtcdMembership()
 	if h.cfg.GitURL == "" {
 		return nil

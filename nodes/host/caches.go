@@ -14,6 +14,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/nodes/agent"
 	"github.com/flotilla-dev/flotilla/nodes/checkpoint"
+	"github.com/flotilla-dev/flotilla/nodes/refcache"
 	"github.com/flotilla-dev/flotilla/proxy/dns"
 )
 
@@ -23,6 +24,11 @@ func (h *Host) checkpointDir() string { return filepath.Join(h.cfg.DataDir, "che
 // identities, and the node identity's client and informer factories. Every kind the node
 // agent, the pod network and the proxies read is checkpointed (see the checkpoint
 // package), so that they can start before the API answers.
+//
+// ConfigMaps, Secrets, PersistentVolumeClaims and PersistentVolumes are not listed: the
+// Node authorizer lets a host read only those its pods use (and the Ingresses' TLS
+// Secrets), by name, which h.objects does with a watch per object (nodes/refcache); it
+// keeps their checkpoints too, in the same files as the informers of earlier versions.
 func (h *Host) startIdentities() error {
 	if h.cfg.Etcd {
 		if err := h.issueCerts(); err != nil {
@@ -52,10 +58,6 @@ func (h *Host) startIdentities() error {
 		checkpoint.Typed("nodes", &corev1.Node{}, cs.CoreV1().Nodes(), nil),
 		checkpoint.Typed("services", &corev1.Service{}, cs.CoreV1().Services(""), nil),
 		checkpoint.Typed("endpointslices", &discoveryv1.EndpointSlice{}, cs.DiscoveryV1().EndpointSlices(""), nil),
-		checkpoint.Typed("configmaps", &corev1.ConfigMap{}, cs.CoreV1().ConfigMaps(""), nil),
-		checkpoint.Typed("secrets", &corev1.Secret{}, cs.CoreV1().Secrets(""), nil),
-		checkpoint.Typed("persistentvolumeclaims", &corev1.PersistentVolumeClaim{}, cs.CoreV1().PersistentVolumeClaims(""), nil),
-		checkpoint.Typed("persistentvolumes", &corev1.PersistentVolume{}, cs.CoreV1().PersistentVolumes(), nil),
 		checkpoint.Typed("ingresses", &networkingv1.Ingress{}, cs.NetworkingV1().Ingresses(""), nil),
 		checkpoint.Typed("ingressclasses", &networkingv1.IngressClass{}, cs.NetworkingV1().IngressClasses(), nil),
 	)
@@ -63,6 +65,8 @@ func (h *Host) startIdentities() error {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", h.cfg.Name).String()
 	}))
 	h.checkpoints.Register(ctx, h.dnsPodInformers, checkpoint.Typed("dns-pods", &corev1.Pod{}, cs.CoreV1().Pods(""), nil))
+	h.objects = refcache.NewObjects(ctx, cs, refcache.Config{Checkpoint: h.checkpoints,
+		Log: logrus.WithFields(logrus.Fields{"host": h.cfg.Name, "component": "objects"})})
 	if h.resume {
 		h.log.WithField("dir", h.checkpointDir()).Info("starting pods and proxies from the checkpoint; the API takes over when it answers")
 	}

@@ -23,7 +23,7 @@ func (h *Host) startMembership() error {
 	c := h.cfg
 	gcfg := membership.DefaultConfig()
 	gcfg.Name, gcfg.BindAddr, gcfg.BindPort, gcfg.AdvertiseAddr = c.Name, h.etcdHost, c.GossipPort, c.AdvertiseAddress
-	gcfg.Token = h.token.Secret
+	gcfg.Token, gcfg.Key = h.token.Secret, h.token.GossipKey
 	gcfg.Meta = membership.Meta{Roles: []string{"host"}}
 	gossip, err := membership.New(gcfg)
 	if err != nil {
@@ -103,6 +103,20 @@ func (h *Host) aliveNames() []string {
 		}
 	}
 	return names
+}
+
+// removedHosts lists the hosts removed from the site and not readmitted.
+func (h *Host) removedHosts() []string {
+	if h.revoked == nil {
+		return nil
+	}
+	var out []string
+	for name := range h.revoked.Current() {
+		if h.revoked.Banned(name) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 func (h *Host) trackDead() {
@@ -187,7 +201,7 @@ func (h *Host) startEtcd() error {
 func (h *Host) runEtcdMembership() {
 	reconcile := func() {
 		rec := &etcd.Reconciler{Client: h.etcdClient, Endpoint: h.clientURL.String(), DeadSince: h.dead.Since,
-			ReplaceAfter: h.cfg.VoterReplaceAfter, Alive: h.aliveNames}
+			ReplaceAfter: h.cfg.VoterReplaceAfter, Alive: h.aliveNames, Removed: h.removedHosts}
 		go rec.Run(h.runCtx)
 	}
 	if h.state.Member {

@@ -23,10 +23,12 @@ import (
 
 	"github.com/flotilla-dev/flotilla/nodes/checkpoint"
 	"github.com/flotilla-dev/flotilla/nodes/membership"
+	"github.com/flotilla-dev/flotilla/nodes/refcache"
 	"github.com/flotilla-dev/flotilla/nodes/runtime"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/validation"
 	"github.com/flotilla-dev/flotilla/reconciler/etcd"
+	"github.com/flotilla-dev/flotilla/reconciler/hostaccess"
 	"github.com/flotilla-dev/flotilla/reconciler/pki"
 )
 
@@ -52,8 +54,10 @@ type Host struct {
 	adminToken string
 
 	// membership
-	gossip  *membership.Membership
-	dead    *etcd.DeadTracker
+	gossip *membership.Membership
+	dead   *etcd.DeadTracker
+	// revoked follows the hosts removed from the site (servers, once the API runs).
+	revoked *hostaccess.Revocations
 	joinErr chan error
 	meta    membership.Meta
 
@@ -82,6 +86,9 @@ type Host struct {
 	informers, podInformers informers.SharedInformerFactory
 	// dnsPodInformers holds every Pod of the site, slimmed, for cluster DNS.
 	dnsPodInformers informers.SharedInformerFactory
+	// objects reads, one by one, the ConfigMaps, Secrets and volumes the pods use and the
+	// Ingresses' TLS Secrets: all a host may read of these kinds (nodes/host/caches.go).
+	objects *refcache.Objects
 	// checkpoints keeps those informers' caches on disk; resume is set when the host
 	// starts from them (it has run before).
 	checkpoints *checkpoint.Dir

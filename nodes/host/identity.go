@@ -42,7 +42,7 @@ func (ids *identities) controller(name string) *rest.Config {
 // issueIdentities makes (or keeps) the client certificates of the host's components.
 func (h *Host) issueIdentities() error {
 	config := func(file, user string, groups ...string) (*rest.Config, error) {
-		cert, key, err := h.ca.Ensure(pki.Request{Name: "client-" + file, CommonName: user, Organization: groups, Usage: pki.Client})
+		cert, key, err := h.certs.ensure(h.ca, pki.Request{Name: "client-" + file, CommonName: user, Organization: groups, Usage: pki.Client})
 		if err != nil {
 			return nil, fmt.Errorf("client certificate of %s: %w", user, err)
 		}

@@ -11,15 +11,22 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
 
+// ControlPlaneLabel marks the Nodes of the hosts that serve the API (as k3s servers' Nodes):
+// each server sets it on its own Node with the API server's identity (labelControlPlane). A
+// node identity may not set it (NodeRestriction), so a worker cannot claim it.
+const ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
+
 // runKubernetesService keeps the Service default/kubernetes (the first address of the service
-// CIDR, port 443) and its EndpointSlice, listing the API of every Ready host, as an upstream
-// API server does: pods find the API through it and its environment variables. Every host
-// runs this loop; they all compute the same slice from the same Nodes.
+// CIDR, port 443) and its EndpointSlice, listing the API of every Ready host that serves it
+// (ControlPlaneLabel), as an upstream API server does: pods find the API through it and its
+// environment variables. Every server runs this loop; they all compute the same slice from
+// the same Nodes.
 func runKubernetesService(ctx context.Context, client kubernetes.Interface, clusterIP net.IP, apiPort int32) {
 	log := logrus.WithField("service", "default/kubernetes")
 	failures := 0
@@ -63,6 +70,9 @@ func syncKubernetesService(ctx context.Context, client kubernetes.Interface, clu
 	}
 	var ips []string
 	for _, n := range nodes.Items {
+		if n.Labels[ControlPlaneLabel] != "true" {
+			continue // a worker: its API port is a proxy on its loopback
+		}
 		ready := false
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
@@ -74,6 +84,11 @@ func syncKubernetesService(ctx context.Context, client kubernetes.Interface, clu
 				ips = append(ips, a.Address)
 			}
 		}
+	}
+	if len(ips) == 0 {
+		// No server labelled yet (a site starting, or just upgraded): keep what is there
+		// rather than leave pods without an API.
+		return nil
 	}
 	sort.Strings(ips)
 	want := &discoveryv1.EndpointSlice{
@@ -110,5 +125,19 @@ func syncKubernetesService(ctx context.Context, client kubernetes.Interface, clu
 	if apierrors.IsConflict(err) {
 		return nil
 	}
+	return err
+}
+
+// labelControlPlane sets ControlPlaneLabel on the Node of this host (a server) once it exists.
+func labelControlPlane(ctx context.Context, client kubernetes.Interface, name string) error {
+	n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if n.Labels[ControlPlaneLabel] == "true" {
+		return nil
+	}
+	patch := []byte(`{"metadata":{"labels":{"` + ControlPlaneLabel + `":"true"}}}`)
+	_, err = client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	return err
 }

@@ -11,7 +11,7 @@ import (
 )
 
 func node(name, ip string, ready corev1.ConditionStatus) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{ControlPlaneLabel: "true"}}, Status: corev1.NodeStatus{
 		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}},
 		Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}},
 	}}
@@ -23,6 +23,7 @@ func TestKubernetesServiceListsReadyHosts(t *testing.T) {
 		node("host-2", "10.0.0.2", corev1.ConditionTrue),
 		node("host-1", "10.0.0.1", corev1.ConditionTrue),
 		node("host-3", "10.0.0.3", corev1.ConditionUnknown),
+		worker("host-4", "10.0.0.4"),
 	)
 	if err := syncKubernetesService(ctx, client, net.ParseIP("10.96.0.1"), 6443); err != nil {
 		t.Fatal(err)
@@ -43,7 +44,7 @@ func TestKubernetesServiceListsReadyHosts(t *testing.T) {
 		got = append(got, e.Addresses[0])
 	}
 	if len(got) != 2 || got[0] != "10.0.0.1" || got[1] != "10.0.0.2" {
-		t.Fatalf("endpoints = %v, want the Ready hosts in order [10.0.0.1 10.0.0.2]", got)
+		t.Fatalf("endpoints = %v, want the Ready servers in order [10.0.0.1 10.0.0.2], not the worker", got)
 	}
 
 	// host-1 goes not ready: the slice follows.
@@ -58,5 +59,35 @@ func TestKubernetesServiceListsReadyHosts(t *testing.T) {
 	slice, _ = client.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
 	if len(slice.Endpoints) != 1 || slice.Endpoints[0].Addresses[0] != "10.0.0.2" {
 		t.Fatalf("after host-1 went not ready: endpoints = %+v", slice.Endpoints)
+	}
+}
+
+// worker is a Ready Node without ControlPlaneLabel.
+func worker(name, ip string) *corev1.Node {
+	n := node(name, ip, corev1.ConditionTrue)
+	n.Labels = nil
+	return n
+}
+
+// TestKubernetesServiceWaitsForALabelledServer: before any server labelled its Node, the
+// slice is neither created empty nor emptied.
+func TestKubernetesServiceWaitsForALabelledServer(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewSimpleClientset(worker("host-1", "10.0.0.1"))
+	if err := syncKubernetesService(ctx, client, net.ParseIP("10.96.0.1"), 6443); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{}); err == nil {
+		t.Fatal("an EndpointSlice was written with no server labelled")
+	}
+	if err := labelControlPlane(ctx, client, "host-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := syncKubernetesService(ctx, client, net.ParseIP("10.96.0.1"), 6443); err != nil {
+		t.Fatal(err)
+	}
+	slice, err := client.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil || len(slice.Endpoints) != 1 || slice.Endpoints[0].Addresses[0] != "10.0.0.1" {
+		t.Fatalf("after labelling: %+v, %v", slice, err)
 	}
 }

@@ -110,7 +110,7 @@ func (h *Host) runPods(node agent.NodeConfig) error {
 		ClusterDNS: c.ClusterDNS, ClusterDomain: "cluster.local",
 		Runtime: h.rt, Network: netw, HostPorts: hostPorts,
 		DeclaredFeatures: node.DeclaredFeatures, AgentVersion: node.KubeletVersion, SeccompDefault: c.SeccompDefault,
-		Informers: h.informers, PodInformers: h.podInformers,
+		Informers: h.informers, PodInformers: h.podInformers, Objects: h.objects,
 	})
 	go func() {
 		addr := net.JoinHostPort(c.ListenAddress, strconv.Itoa(c.AgentPort))
@@ -171,7 +171,7 @@ func (h *Host) startProxy() error {
 		}
 		err := ingress.Run(ctx, h.client, ingress.Config{NodeName: c.Name,
 			HTTPAddr:  net.JoinHostPort(c.ListenAddress, strconv.Itoa(c.IngressHTTPPort)),
-			HTTPSAddr: httpsAddr, Log: logrus.WithField("component", "ingress"), Informers: h.informers})
+			HTTPSAddr: httpsAddr, Log: logrus.WithField("component", "ingress"), Informers: h.informers, Secrets: h.objects.Secrets})
 		if err != nil && ctx.Err() == nil {
 			log.WithError(err).Error("ingress proxy stopped")
 		}

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,8 +10,11 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -27,6 +31,70 @@ type certs struct {
 	etcdClientCert, etcdClientKey string
 	// nodeClient is the API server's client certificate for the node agents.
 	nodeClientCert, nodeClientKey string
+
+	// issued are the requests of every certificate the host issued itself from the CA key
+	// (these and its component identities), for renewCerts.
+	issued *issuedCerts
+}
+
+type issuedCerts struct {
+	mu   sync.Mutex
+	reqs []pki.Request
+}
+
+// ensure issues (or keeps) req's certificate, and remembers req for renewCerts.
+func (c *certs) ensure(ca *pki.CA, req pki.Request) (certFile, keyFile string, err error) {
+	if c.issued == nil {
+		// The first call, from issueCerts, before renewCerts starts.
+		c.issued = &issuedCerts{}
+	}
+	c.issued.mu.Lock()
+	c.issued.reqs = append(c.issued.reqs, req)
+	c.issued.mu.Unlock()
+	return ca.Ensure(req)
+}
+
+// certRenewInterval is how often a running server host looks for certificates close to
+// expiry; pki.CA.Ensure re-issues one with less than 30 days left.
+const certRenewInterval = 12 * time.Hour
+
+// renewCerts keeps a running server host's own certificates (5 years) valid: every
+// certRenewInterval it ensures each of them again, and Ensure re-issues, with the same
+// key, one that has less than 30 days left (as it does at start). Their users read the files
+// again: the API server's serving certificate (the apiserver's dynamic file content), etcd's
+// (read at each handshake), the node agent endpoint's (keyPairReloader) and the client
+// certificates of rest.Configs (client-go reloads certificate files).
+func (h *Host) renewCerts(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.runCtx.Done():
+			return
+		case <-t.C:
+		}
+		h.renewCertsOnce()
+	}
+}
+
+func (h *Host) renewCertsOnce() {
+	if h.certs.issued == nil {
+		return
+	}
+	h.certs.issued.mu.Lock()
+	reqs := slices.Clone(h.certs.issued.reqs)
+	h.certs.issued.mu.Unlock()
+	for _, req := range reqs {
+		certFile, _ := h.ca.Paths(req.Name)
+		before, _ := os.ReadFile(certFile)
+		if _, _, err := h.ca.Ensure(req); err != nil {
+			h.log.WithError(err).WithField("certificate", req.Name).Error("renew the host's certificate")
+			continue
+		}
+		if after, _ := os.ReadFile(certFile); !bytes.Equal(before, after) {
+			h.log.WithField("certificate", req.Name).Info("re-issued the host's certificate from the site CA")
+		}
+	}
 }
 
 // nodeClientName is the common name the node agents admit: the API server's.
@@ -57,35 +125,40 @@ func (h *Host) ensureSiteToken() error {
 }
 
 // issueCerts makes (or keeps) the host's serving and client certificates; the CA is known by
-// now, either made here or received when joining.
+// now, either made here or received when joining. A certificate with less than 30 days left
+// is re-issued, at start and while the host runs (renewCerts).
 func (h *Host) issueCerts() error {
 	hostIPs := uniqueIPs(net.ParseIP("127.0.0.1"), h.advertise, h.listen)
 	name := h.cfg.Name
 	var err error
 	c := &h.certs
-	if c.apiCert, c.apiKey, err = h.ca.Ensure(pki.Request{
+	if c.apiCert, c.apiKey, err = c.ensure(h.ca, pki.Request{
 		Name: "apiserver", CommonName: "kube-apiserver", Usage: pki.Server,
 		DNSNames: []string{name, "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
 		IPs:      append(hostIPs, firstIP(h.vopts.ServiceCIDR)),
 	}); err != nil {
 		return err
 	}
-	if c.etcdServerCert, c.etcdServerKey, err = h.ca.Ensure(pki.Request{Name: "etcd-server", CommonName: name, Usage: pki.Server | pki.Client,
+	if c.etcdServerCert, c.etcdServerKey, err = c.ensure(h.ca, pki.Request{Name: "etcd-server", CommonName: name, Usage: pki.Server | pki.Client,
 		DNSNames: []string{name, "localhost"}, IPs: hostIPs}); err != nil {
 		return err
 	}
-	if c.etcdPeerCert, c.etcdPeerKey, err = h.ca.Ensure(pki.Request{Name: "etcd-peer", CommonName: name, Usage: pki.Server | pki.Client,
+	if c.etcdPeerCert, c.etcdPeerKey, err = c.ensure(h.ca, pki.Request{Name: "etcd-peer", CommonName: name, Usage: pki.Server | pki.Client,
 		DNSNames: []string{name, "localhost"}, IPs: hostIPs}); err != nil {
 		return err
 	}
-	if c.etcdClientCert, c.etcdClientKey, err = h.ca.Ensure(pki.Request{Name: "etcd-client", CommonName: "kube-apiserver-etcd-client", Usage: pki.Client}); err != nil {
+	if c.etcdClientCert, c.etcdClientKey, err = c.ensure(h.ca, pki.Request{Name: "etcd-client", CommonName: "kube-apiserver-etcd-client", Usage: pki.Client}); err != nil {
 		return err
 	}
-	if c.nodeClientCert, c.nodeClientKey, err = h.ca.Ensure(pki.Request{Name: "apiserver-node-client", CommonName: nodeClientName, Usage: pki.Client}); err != nil {
+	if c.nodeClientCert, c.nodeClientKey, err = c.ensure(h.ca, pki.Request{Name: "apiserver-node-client", CommonName: nodeClientName, Usage: pki.Client}); err != nil {
 		return err
 	}
 	h.adminToken, err = loadOrCreateToken(h.adminPath)
-	return err
+	if err != nil {
+		return err
+	}
+	go h.renewCerts(certRenewInterval)
+	return nil
 }
 
 // writeKubeconfig writes an admin kubeconfig for server atomically, readable by root only.

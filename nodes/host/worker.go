@@ -6,7 +6,6 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -24,8 +23,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
+	"github.com/flotilla-dev/flotilla/nodes/certrotation"
 	"github.com/flotilla-dev/flotilla/nodes/membership"
 	"github.com/flotilla-dev/flotilla/reconciler/authz/rbac"
 	"github.com/flotilla-dev/flotilla/reconciler/etcd"
@@ -35,7 +34,7 @@ import (
 // A worker (--etcd=false) holds the site CA certificate and its own two certificates, each
 // signed from a CertificateSigningRequest the join token approved: the node identity
 // (client) and the node agent's serving certificate. No CA key, no admin token, no etcd
-// certificate is ever on it.
+// certificate is ever on it. Both certificates are renewed before they expire (rotation.go).
 
 // workerCertFiles are a worker's certificate and key files in <data-dir>/pki, by purpose.
 func (h *Host) workerCertFiles(purpose string) (cert, key string) {
@@ -49,14 +48,16 @@ func (h *Host) joinAsWorker() error {
 	if err := os.MkdirAll(filepath.Join(h.dataDir, "pki"), 0o700); err != nil {
 		return err
 	}
-	name := h.cfg.Name
-	subject := pkix.Name{CommonName: rbac.NodeUser(name), Organization: []string{rbac.NodesGroup}}
+	// The same requests as the renewals' (rotation.go).
+	tmpls := map[string]*x509.CertificateRequest{}
+	for _, c := range h.workerCertRequests() {
+		tmpls[c.purpose] = c.tmpl
+	}
 	csrs := map[string][]byte{}
 	for _, purpose := range etcd.WorkerCertificates {
-		tmpl := &x509.CertificateRequest{Subject: subject}
-		if purpose == "serving" {
-			tmpl.DNSNames = []string{name}
-			tmpl.IPAddresses = uniqueIPs(h.advertise)
+		tmpl := tmpls[purpose]
+		if tmpl == nil {
+			return fmt.Errorf("no certificate request for %s", purpose)
 		}
 		_, keyFile := h.workerCertFiles(purpose)
 		key, err := loadOrCreateKey(keyFile)
@@ -121,7 +122,7 @@ func loadOrCreateKey(path string) (*ecdsa.PrivateKey, error) {
 }
 
 // workerIdentities sets the worker's node identity: its own client certificate, against
-// the local API proxy.
+// the local API proxy; and starts renewing its certificates (rotation.go).
 func (h *Host) workerIdentities() error {
 	cert, key := h.workerCertFiles("client")
 	h.certs.apiCert, h.certs.apiKey = h.workerCertFiles("serving")
@@ -130,9 +131,16 @@ func (h *Host) workerIdentities() error {
 			return fmt.Errorf("this worker's certificates are incomplete (%w): join again with a new --data-dir", err)
 		}
 	}
-	h.ids = &identities{node: &rest.Config{Host: h.localAPIURL(), QPS: 50, Burst: 100,
-		TLSClientConfig: rest.TLSClientConfig{CAFile: h.ca.CertFile(), CertFile: cert, KeyFile: key}}}
-	return nil
+	clientStore := certrotation.NewFileStore(cert, key)
+	if _, err := clientStore.Current(); err != nil {
+		return fmt.Errorf("this worker's client certificate: %w", err)
+	}
+	node, err := h.workerNodeConfig(clientStore)
+	if err != nil {
+		return err
+	}
+	h.ids = &identities{node: node}
+	return h.startWorkerRotation(node, clientStore, certrotation.NewFileStore(h.certs.apiCert, h.certs.apiKey))
 }
 
 func (h *Host) localAPIURL() string {

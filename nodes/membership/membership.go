@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -75,9 +76,11 @@ type Config struct {
 	BindPort      int
 	AdvertiseAddr string
 	AdvertisePort int
-	// Token is the site's join token; the gossip key is derived from it.
+	// Token is the site's join token; the gossip key is derived from it unless Key is set.
 	Token string
-	Meta  Meta
+	// Key is the gossip key (32 bytes), as a rotated join token carries it.
+	Key  []byte
+	Meta Meta
 	// ProbeInterval, ProbeTimeout, SuspicionMult and GossipInterval tune failure detection.
 	ProbeInterval  time.Duration
 	ProbeTimeout   time.Duration
@@ -111,14 +114,17 @@ type Membership struct {
 	events chan Event
 
 	leaveOnce sync.Once
-	mu        sync.Mutex
-	meta      []byte
-	members   map[string]*Member
+	banned    atomic.Pointer[func(name string) bool]
+	// refused counts the alive messages of banned hosts ignored.
+	refused atomic.Int64
+	mu      sync.Mutex
+	meta    []byte
+	members map[string]*Member
 }
 
 // New starts gossip on the configured address (without joining anyone).
 func New(cfg Config) (*Membership, error) {
-	if cfg.Token == "" {
+	if cfg.Token == "" && cfg.Key == nil {
 		return nil, errors.New("membership: a join token is required (it keys gossip encryption)")
 	}
 	m := &Membership{cfg: cfg, events: make(chan Event, 256), members: map[string]*Member{}}
@@ -134,7 +140,10 @@ func New(cfg Config) (*Membership, error) {
 	if mc.AdvertisePort == 0 {
 		mc.AdvertisePort = cfg.BindPort
 	}
-	mc.SecretKey = GossipKey(cfg.Token)
+	mc.SecretKey = cfg.Key
+	if mc.SecretKey == nil {
+		mc.SecretKey = GossipKey(cfg.Token)
+	}
 	mc.GossipVerifyIncoming = true
 	mc.GossipVerifyOutgoing = true
 	if cfg.ProbeInterval > 0 {
@@ -152,6 +161,7 @@ func New(cfg Config) (*Membership, error) {
 	mc.DeadNodeReclaimTime = 10 * time.Second
 	mc.Delegate = (*delegate)(m)
 	mc.Events = (*eventDelegate)(m)
+	mc.Alive = (*aliveDelegate)(m)
 	mc.Logger = log.New(logWriter{}, "", 0)
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -189,7 +199,9 @@ func (m *Membership) Members() []Member {
 	defer m.mu.Unlock()
 	out := make([]Member, 0, len(m.members))
 	for _, mem := range m.members {
-		out = append(out, *mem)
+		if !m.isBanned(mem.Name) {
+			out = append(out, *mem)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -237,7 +249,7 @@ func (m *Membership) reconnectTargets(now time.Time, forget time.Duration) []str
 	defer m.mu.Unlock()
 	var out []string
 	for name, mem := range m.members {
-		if name == m.cfg.Name || (mem.State != Dead && mem.State != Left) || now.Sub(mem.Since) > forget {
+		if name == m.cfg.Name || (mem.State != Dead && mem.State != Left) || now.Sub(mem.Since) > forget || m.isBanned(name) {
 			continue
 		}
 		out = append(out, HostPort(mem.Addr, mem.Port))
@@ -317,6 +329,25 @@ func (d *delegate) NotifyMsg([]byte)                           {}
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// SetBanned makes gossip ignore the hosts banned reports (the hosts removed from the site):
+// their alive messages are refused and Members leaves them out.
+func (m *Membership) SetBanned(banned func(name string) bool) { m.banned.Store(&banned) }
+
+func (m *Membership) isBanned(name string) bool {
+	f := m.banned.Load()
+	return f != nil && name != m.cfg.Name && (*f)(name)
+}
+
+type aliveDelegate Membership
+
+func (a *aliveDelegate) NotifyAlive(n *memberlist.Node) error {
+	if (*Membership)(a).isBanned(n.Name) {
+		a.refused.Add(1)
+		return fmt.Errorf("%s was removed from the site", n.Name)
+	}
+	return nil
+}
 
 type eventDelegate Membership
 

@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -33,7 +34,6 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -42,6 +42,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/flotilla-dev/flotilla/nodes/refcache"
 )
 
 // Config configures the ingress proxy of one host.
@@ -52,10 +54,13 @@ type Config struct {
 	ClassName string // default "flotilla"
 	Log       *logrus.Entry
 	// Informers is the host's shared factory; nil makes one of its own. Run registers its
-	// informers on it (Secrets among them: every Secret, of which it uses the TLS ones) and
-	// starts them with the ctx given to Run, so give every user of one factory the host's
-	// context. Run never shuts a shared factory down.
+	// informers on it and starts them with the ctx given to Run, so give every user of one
+	// factory the host's context. Run never shuts a shared factory down.
 	Informers informers.SharedInformerFactory
+	// Secrets reads the TLS Secrets the Ingresses served name, each by name with a watch of
+	// its own (nodes/refcache): a host may read no other Secret (the Node authorizer). The
+	// host shares its cache with the node agent; nil makes one of its own when Run starts.
+	Secrets *refcache.Cache[*corev1.Secret]
 }
 
 // DefaultConfig returns the configuration of a host: HTTP on :80, HTTPS on :443, class flotilla.
@@ -107,8 +112,9 @@ func EnsureClass(ctx context.Context, client kubernetes.Interface) error {
 }
 
 // Run serves the Ingresses of our class until ctx ends (informers: Ingress, IngressClass,
-// Service, EndpointSlice, kubernetes.io/tls Secrets, Nodes). It binds its listeners first, so a
-// port already in use is reported at once, and starts serving once the informers have synced.
+// Service, EndpointSlice, Nodes; the kubernetes.io/tls Secrets they name, one by one). It
+// binds its listeners first, so a port already in use is reported at once, and starts
+// serving once the informers have synced.
 func Run(ctx context.Context, client kubernetes.Interface, cfg Config) error {
 	cfg.defaults()
 	httpL, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -134,13 +140,17 @@ type controller struct {
 	srv    *Server
 	log    *logrus.Entry
 
-	factory, secretFactory informers.SharedInformerFactory
-	ownFactories           bool // made here, not the host's: Run may shut them down
-	handlers               []handlerReg
-	ingresses              cache.Indexer
-	classes, services      cache.Indexer
-	slices, secrets, nodes cache.Indexer
-	synced                 []cache.InformerSynced
+	factory           informers.SharedInformerFactory
+	ownFactories      bool // made here, not the host's: Run may shut them down
+	handlers          []handlerReg
+	ingresses         cache.Indexer
+	classes, services cache.Indexer
+	slices, nodes     cache.Indexer
+	synced            []cache.InformerSynced
+	// secrets reads the TLS Secrets by name; tlsSecrets are the namespace/name of those
+	// the last snapshot used, whose changes rebuild the tables.
+	secrets    *refcache.Cache[*corev1.Secret]
+	tlsSecrets atomic.Pointer[map[string]bool]
 
 	kick     chan struct{}
 	queue    workqueue.TypedRateLimitingInterface[string]
@@ -166,7 +176,7 @@ type cachedCert struct {
 func newController(client kubernetes.Interface, cfg Config, srv *Server) *controller {
 	c := &controller{
 		client: client, cfg: cfg, srv: srv, log: cfg.Log,
-		factory: cfg.Informers, secretFactory: cfg.Informers,
+		factory: cfg.Informers, secrets: cfg.Secrets,
 		kick: make(chan struct{}, 1),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "ingress-status"}),
@@ -176,11 +186,6 @@ func newController(client kubernetes.Interface, cfg Config, srv *Server) *contro
 	if c.factory == nil {
 		c.ownFactories = true
 		c.factory = informers.NewSharedInformerFactory(client, 0)
-		// On its own the proxy need hold only TLS Secrets. A shared factory holds every Secret
-		// anyway (pods' volumes and env), and the snapshot picks the TLS ones.
-		c.secretFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("type", string(corev1.SecretTypeTLS)).String()
-		}))
 	}
 	kick := cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { c.poke() }, UpdateFunc: func(any, any) { c.poke() }, DeleteFunc: func(any) { c.poke() },
@@ -216,17 +221,15 @@ func newController(client kubernetes.Interface, cfg Config, srv *Server) *contro
 			}
 		}, DeleteFunc: all,
 	})
-	// Other Secrets change as pods come and go and do not change the routing tables.
-	c.secrets = add(c.secretFactory.Core().V1().Secrets().Informer(), cache.FilteringResourceEventHandler{FilterFunc: isTLSSecret, Handler: kick})
 	return c
 }
 
-func isTLSSecret(obj any) bool {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
+// secretChanged rebuilds the tables when a Secret they use changes; the node agent's
+// Secrets share the cache and do not change the routing tables.
+func (c *controller) secretChanged(namespace, name string) {
+	if used := c.tlsSecrets.Load(); used != nil && (*used)[namespace+"/"+name] {
+		c.poke()
 	}
-	s, ok := obj.(*corev1.Secret)
-	return ok && s.Type == corev1.SecretTypeTLS
 }
 
 func (c *controller) poke() {
@@ -257,8 +260,14 @@ func (c *controller) run(ctx context.Context, httpL, httpsL net.Listener) error 
 		informerStop = ctx.Done()
 	}
 	c.factory.Start(informerStop)
-	c.secretFactory.Start(informerStop)
+	if c.secrets == nil {
+		c.secrets = refcache.New[*corev1.Secret](ctx, "secrets", func(ns string) refcache.Client[*corev1.SecretList] {
+			return c.client.CoreV1().Secrets(ns)
+		}, refcache.Config{Log: c.log})
+	}
+	removeNotify := c.secrets.Notify(c.secretChanged)
 	defer func() {
+		removeNotify()
 		cancel()
 		// Shared informers outlive Run: leave nothing behind that feeds a stopped queue.
 		for _, h := range c.handlers {
@@ -266,7 +275,6 @@ func (c *controller) run(ctx context.Context, httpL, httpsL net.Listener) error 
 		}
 		if c.ownFactories {
 			c.factory.Shutdown()
-			c.secretFactory.Shutdown()
 		}
 	}()
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
@@ -320,6 +328,10 @@ func (c *controller) run(ctx context.Context, httpL, httpsL net.Listener) error 
 		}
 	}()
 
+	// A periodic rebuild also keeps the watches of the TLS Secrets in use (the cache stops
+	// those nobody asked for in a while).
+	refresh := time.NewTicker(time.Minute)
+	defer refresh.Stop()
 	var runErr error
 loop:
 	for {
@@ -329,6 +341,8 @@ loop:
 		case runErr = <-errc:
 			break loop
 		case <-c.kick:
+			c.rebuild()
+		case <-refresh.C:
 			c.rebuild()
 		}
 	}
@@ -371,13 +385,38 @@ func (c *controller) snapshot() (Snapshot, map[string]*networkingv1.Ingress) {
 	for _, o := range c.slices.List() {
 		s.Slices = append(s.Slices, o.(*discoveryv1.EndpointSlice))
 	}
-	for _, o := range c.secrets.List() {
-		if isTLSSecret(o) {
-			s.Secrets = append(s.Secrets, o.(*corev1.Secret))
-		}
-	}
+	s.Secrets = c.tlsSecretsOf(s.Ingresses)
 	s.ParseCert = c.parseCert
 	return s, ours
+}
+
+// tlsSecretsOf reads the kubernetes.io/tls Secrets the Ingresses' tls entries name. One
+// missing, not read yet or refused is left out: Compile reports it, and the Secret's
+// watch rebuilds the tables once it has it.
+func (c *controller) tlsSecretsOf(ings []*networkingv1.Ingress) []*corev1.Secret {
+	used := map[string]bool{}
+	var secrets []*corev1.Secret
+	for _, ing := range ings {
+		for _, t := range ing.Spec.TLS {
+			k := ing.Namespace + "/" + t.SecretName
+			if t.SecretName == "" || used[k] {
+				continue
+			}
+			used[k] = true
+			sec, err := c.secrets.Get(ing.Namespace, t.SecretName)
+			if err != nil {
+				if !apierrors.IsNotFound(err) {
+					c.log.WithError(err).WithField("secret", k).Debug("TLS Secret not read yet")
+				}
+				continue
+			}
+			if sec.Type == corev1.SecretTypeTLS {
+				secrets = append(secrets, sec)
+			}
+		}
+	}
+	c.tlsSecrets.Store(&used)
+	return secrets
 }
 
 // parseCert memoizes certificate parsing per Secret version: tables are rebuilt on every

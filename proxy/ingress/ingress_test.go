@@ -2,11 +2,13 @@ package ingress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha1"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
@@ -356,6 +358,22 @@ func TestIngressAgainstAPIServer(t *testing.T) {
 		if err == nil {
 			t.Errorf("handshake for an uncovered SNI name succeeded")
 		}
+	})
+
+	t.Run("a renewed TLS Secret is served", func(t *testing.T) {
+		renewed := tlsSecret(t, "testsecret-tls", "https-example.foo.com")
+		_, err := client.CoreV1().Secrets("default").Update(ctx, renewed, metav1.UpdateOptions{})
+		must("update secret", err)
+		block, _ := pem.Decode(renewed.Data[corev1.TLSCertKey])
+		waitFor(t, "the renewed certificate is served", 10*time.Second, func() (bool, string) {
+			conn, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(httpsPort), &tls.Config{ServerName: "https-example.foo.com", InsecureSkipVerify: true})
+			if err != nil {
+				return false, err.Error()
+			}
+			defer conn.Close()
+			certs := conn.ConnectionState().PeerCertificates
+			return len(certs) > 0 && bytes.Equal(certs[0].Raw, block.Bytes), "old certificate"
+		})
 	})
 
 	t.Run("status.loadBalancer merged", func(t *testing.T) {

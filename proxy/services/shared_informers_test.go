@@ -15,6 +15,7 @@ import (
 	mdns "github.com/miekg/dns"
 	"github.com/sirupsen/logrus"
 	v1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/flotilla-dev/flotilla/nodes/agent"
+	"github.com/flotilla-dev/flotilla/nodes/refcache"
 	rt "github.com/flotilla-dev/flotilla/nodes/runtime"
 	"github.com/flotilla-dev/flotilla/proxy/dns"
 	"github.com/flotilla-dev/flotilla/proxy/ingress"
@@ -72,8 +74,12 @@ func TestHostComponentsShareInformers(t *testing.T) {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-0"},
 		Spec:   v1.PodSpec{NodeName: node, Containers: []v1.Container{{Name: "c", Image: "example/web:1"}}},
 		Status: v1.PodStatus{Phase: v1.PodSucceeded}}
+	// An Ingress of ours with a TLS Secret, which the Ingress proxy reads by name.
+	ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "site",
+		Annotations: map[string]string{"kubernetes.io/ingress.class": ingress.DefaultClassName}},
+		Spec: networkingv1.IngressSpec{TLS: []networkingv1.IngressTLS{{Hosts: []string{"site.example"}, SecretName: "site-tls"}}}}
 	client := fake.NewClientset(n1, other, pod, mkSvc("web", "10.96.0.50", 80),
-		mkSlice("web-1", "web", 8080, readyEP("10.244.0.5", node)))
+		mkSlice("web-1", "web", 8080, readyEP("10.244.0.5", node)), ing)
 
 	var mu sync.Mutex
 	watches := map[string]int{} // resource, with ?fieldSelector when filtered
@@ -90,12 +96,14 @@ func TestHostComponentsShareInformers(t *testing.T) {
 		return false, nil, nil
 	})
 	nodePods := "pods?spec.nodeName=" + node
+	// ConfigMaps, Secrets, PVCs and PVs are read one by one (nodes/refcache), never listed:
+	// the Ingress's TLS Secret is watched by name.
 	want := map[string]int{
-		"services": 1, "endpointslices": 1, "nodes": 1, "secrets": 1, // several users each
-		"configmaps": 1, "persistentvolumeclaims": 1, "persistentvolumes": 1, // the pod manager
+		"services": 1, "endpointslices": 1, "nodes": 1, // several users each
 		"ingresses": 1, "ingressclasses": 1, // the Ingress proxy
-		"pods":   1, // DNS: every pod of the cluster
-		nodePods: 1, // the pod manager and the test: this node's pods
+		"secrets?metadata.name=site-tls": 1, // the Ingress proxy, through the host's object caches
+		"pods":                           1, // DNS: every pod of the cluster
+		nodePods:                         1, // the pod manager and the test: this node's pods
 	}
 	counted := func() map[string]int {
 		mu.Lock()
@@ -134,11 +142,13 @@ func TestHostComponentsShareInformers(t *testing.T) {
 		return dns.Run(hostCtx, client, dns.Config{ListenIP: net.ParseIP("127.0.0.1"), Port: port,
 			Upstreams: []string{"127.0.0.1:9"}, Log: log, Informers: shared})
 	})
+	objects := refcache.NewObjects(hostCtx, client, refcache.Config{Log: log})
 	goRun("ingress proxy", func() error {
-		return ingress.Run(hostCtx, client, ingress.Config{NodeName: node, HTTPAddr: "127.0.0.1:0", Log: log, Informers: shared})
+		return ingress.Run(hostCtx, client, ingress.Config{NodeName: node, HTTPAddr: "127.0.0.1:0", Log: log, Informers: shared,
+			Secrets: objects.Secrets})
 	})
 	pm := agent.NewPodManager(client, agent.PodConfig{NodeName: node, DataDir: t.TempDir(), Runtime: idleRuntime{},
-		HostResolvConf: os.DevNull, Informers: shared, PodInformers: podInformers})
+		HostResolvConf: os.DevNull, Informers: shared, PodInformers: podInformers, Objects: objects})
 	goRun("pod manager", func() error { return pm.Run(hostCtx) })
 
 	resolves := func(name, ip string) bool {

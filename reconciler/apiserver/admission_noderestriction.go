@@ -47,8 +47,9 @@ var (
 // (plugin/pkg/admission/noderestriction, followed as of v1.36/v1.37): it limits what a host's
 // identity, user system:node:<name> in group system:nodes (the node agent, the pod network
 // and the proxies), may write to what is its own. RBAC (the system:node ClusterRole) decides
-// which verbs a node has at all; this plugin decides on which objects. Reads are not
-// restricted: a node may still read every Secret, ConfigMap and Pod of the site.
+// which verbs a node has at all; this plugin decides on which objects. It restricts no
+// reads: the Node authorizer (reconciler/authz/node) keeps a node's reads of Secrets,
+// ConfigMaps and volumes to those its pods use; it may still read every Pod of the site.
 //
 //   - Nodes: only the Node named <name> may be created, updated (also through nodes/status)
 //     or deleted. On create it may not set spec.configSource, nor labels in the

@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
 	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
 
@@ -119,23 +120,27 @@ func New(cfg Config) (*Server, error) {
 	gc.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
 	gc.PublicAddress = cfg.AdvertiseAddress
 	gc.ShutdownWatchTerminationGracePeriod = 0
-	if len(cfg.Unauthenticated) > 0 {
-		gc.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
-			chain := genericapiserver.DefaultBuildHandlerChain(apiHandler, c)
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if h, ok := cfg.Unauthenticated[r.URL.Path]; ok {
+	// Requests made with a host's certificate are tracked, so that removing the host ends
+	// them (its watches included), not only the requests it makes next.
+	nodeReqs := newNodeRequests()
+	gc.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
+		chain := nodeReqs.wrap(genericapiserver.DefaultBuildHandlerChain(apiHandler, c))
+		if len(cfg.Unauthenticated) == 0 {
+			return chain
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if h, ok := cfg.Unauthenticated[r.URL.Path]; ok {
+				h.ServeHTTP(w, r)
+				return
+			}
+			for prefix, h := range cfg.Unauthenticated {
+				if strings.HasSuffix(prefix, "/") && strings.HasPrefix(r.URL.Path, prefix) {
 					h.ServeHTTP(w, r)
 					return
 				}
-				for prefix, h := range cfg.Unauthenticated {
-					if strings.HasSuffix(prefix, "/") && strings.HasPrefix(r.URL.Path, prefix) {
-						h.ServeHTTP(w, r)
-						return
-					}
-				}
-				chain.ServeHTTP(w, r)
-			})
-		}
+			}
+			chain.ServeHTTP(w, r)
+		})
 	}
 
 	serving := genericoptions.NewSecureServingOptions().WithLoopback()
@@ -156,6 +161,9 @@ func New(cfg Config) (*Server, error) {
 	auth, err := newSiteAuth(cfg, informerFactory, client, &gc.SecureServing)
 	if err != nil {
 		return nil, err
+	}
+	if auth.revoked != nil {
+		auth.revoked.OnChange(nodeReqs.endRevoked)
 	}
 	gc.Authentication.Authenticator = auth.authn
 	gc.Authentication.APIAudiences = auth.apiAudiences
@@ -244,6 +252,10 @@ func New(cfg Config) (*Server, error) {
 	generic.AddPostStartHookOrDie("flotilla-start-informers", func(hc genericapiserver.PostStartHookContext) error {
 		informerFactory.Start(hc.Done())
 		informerFactory.WaitForCacheSync(hc.Done())
+		if auth.revoked != nil {
+			go auth.revoked.Run(hc.Done())
+			cache.WaitForCacheSync(hc.Done(), auth.revoked.HasSynced)
+		}
 		return nil
 	})
 	generic.AddPostStartHookOrDie("flotilla-bootstrap-objects", func(hc genericapiserver.PostStartHookContext) error {

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -24,6 +25,9 @@ type Reconciler struct {
 	Alive        func() []string
 	ReplaceAfter time.Duration
 	Interval     time.Duration
+	// Removed lists the hosts removed from the site (flotilla host remove): the leader
+	// removes their etcd membership at once.
+	Removed func() []string
 }
 
 // Run reconciles until ctx ends.
@@ -58,11 +62,23 @@ func (r *Reconciler) once(ctx context.Context) {
 			}
 		}
 	}
-	if r.DeadSince == nil || r.ReplaceAfter <= 0 {
+	if (r.DeadSince == nil || r.ReplaceAfter <= 0) && r.Removed == nil {
 		return
 	}
 	status, err := r.Client.Status(ctx, r.Endpoint)
 	if err != nil || status.Leader != status.Header.MemberId {
+		return
+	}
+	if r.Removed != nil {
+		for _, m := range RemovedMembers(list.Members, status.Header.MemberId, r.Removed()) {
+			if _, err := r.Client.MemberRemove(ctx, m.ID); err == nil {
+				logrus.WithField("member", m.Name).Warn("removed the etcd member of a host removed from the site")
+			} else {
+				logrus.WithField("member", m.Name).WithError(err).Warn("remove the etcd member of a host removed from the site")
+			}
+		}
+	}
+	if r.DeadSince == nil || r.ReplaceAfter <= 0 {
 		return
 	}
 	var alive []string
@@ -109,6 +125,17 @@ func Replaceable(members []*etcdserverpb.Member, self uint64, dead map[string]ti
 			continue
 		}
 		out = append(out, m)
+	}
+	return out
+}
+
+// RemovedMembers returns the members named in removed, but never self.
+func RemovedMembers(members []*etcdserverpb.Member, self uint64, removed []string) []*etcdserverpb.Member {
+	var out []*etcdserverpb.Member
+	for _, m := range members {
+		if m.ID != self && m.Name != "" && slices.Contains(removed, m.Name) {
+			out = append(out, m)
+		}
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/flotilla-dev/flotilla/reconciler/hostaccess"
 	"github.com/flotilla-dev/flotilla/reconciler/pki"
 )
 
@@ -33,6 +35,11 @@ type Token struct {
 	// SkipCAPin lets a host join with a token without a pin, trusting whatever CA the
 	// site presents (--insecure-skip-ca-pin).
 	SkipCAPin bool
+	// GossipKey is the site's gossip key, carried by a rotated token ("FLO2:<ca pin>:<gossip
+	// key>:<secret>"): the key stays the one derived from the site's first token, so hosts
+	// joined before and after a rotation gossip together. Nil for a first token, whose
+	// secret the key derives from.
+	GossipKey []byte
 }
 
 // MinTokenBits is the least entropy a join token's secret may have: it admits hosts to the
@@ -48,7 +55,17 @@ func ParseToken(s string) (Token, error) {
 		return Token{}, errors.New("the join token is empty")
 	}
 	t := Token{Secret: s}
-	if strings.HasPrefix(s, "FLO1:") {
+	if rest, ok := strings.CutPrefix(s, "FLO2:"); ok {
+		parts := strings.Split(rest, ":")
+		if len(parts) != 4 || parts[0] != "sha256" {
+			return Token{}, errors.New("malformed join token: want FLO2:sha256:<hex>:<gossip key>:<secret>, as flotilla token rotate prints it")
+		}
+		key, err := hex.DecodeString(parts[2])
+		if err != nil || len(key) != 32 {
+			return Token{}, errors.New("malformed join token: its gossip key is not 64 hex digits; copy the whole token flotilla token rotate printed")
+		}
+		t = Token{CAPin: parts[0] + ":" + parts[1], GossipKey: key, Secret: parts[3]}
+	} else if strings.HasPrefix(s, "FLO1:") {
 		rest := strings.TrimPrefix(s, "FLO1:")
 		i := strings.LastIndex(rest, ":")
 		if i < 0 || !strings.HasPrefix(rest, "sha256:") {
@@ -152,7 +169,10 @@ func onlyHex(s string) bool {
 }
 
 func (t Token) String() string {
-	if t.CAPin == "" {
+	switch {
+	case t.GossipKey != nil:
+		return "FLO2:" + t.CAPin + ":" + hex.EncodeToString(t.GossipKey) + ":" + t.Secret
+	case t.CAPin == "":
 		return t.Secret
 	}
 	return "FLO1:" + t.CAPin + ":" + t.Secret
@@ -201,7 +221,10 @@ type JoinServer struct {
 	// SignWorker has a worker's certificate requests signed (as CertificateSigningRequests
 	// the join token approves) and returns the certificates by purpose; nil refuses workers.
 	SignWorker func(ctx context.Context, name string, csrs map[string][]byte) (map[string][]byte, error)
-	mu         sync.Mutex
+	// Policy, when set, decides on the token and the host's name instead of Token: the
+	// site's current token (after flotilla token rotate) and its removed hosts.
+	Policy *hostaccess.Policy
+	mu     sync.Mutex
 }
 
 // Paths served by JoinServer.
@@ -229,7 +252,7 @@ func (s *JoinServer) join(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if subtle.ConstantTimeCompare([]byte(got), []byte(s.Token.Secret)) != 1 {
+	if s.Policy == nil && subtle.ConstantTimeCompare([]byte(got), []byte(s.Token.Secret)) != 1 {
 		log.Warn("join refused: wrong token")
 		http.Error(w, "join refused: the token does not match this site's (check --token-file)", http.StatusUnauthorized)
 		return
@@ -238,6 +261,31 @@ func (s *JoinServer) join(w http.ResponseWriter, r *http.Request) {
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil || req.Name == "" {
 		http.Error(w, "bad join request: want JSON with name, peerURL, clientURL", http.StatusBadRequest)
 		return
+	}
+	if s.Policy != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		err := s.Policy.Admit(ctx, got, req.Name)
+		cancel()
+		var removed *hostaccess.RemovedError
+		switch {
+		case errors.Is(err, hostaccess.ErrWrongToken):
+			log.Warn("join refused: wrong token")
+			http.Error(w, "join refused: "+err.Error(), http.StatusUnauthorized)
+			return
+		case errors.As(err, &removed):
+			log.WithField("host", req.Name).Warn("join refused: the host was removed")
+			http.Error(w, "join refused: "+err.Error(), http.StatusForbidden)
+			return
+		case err != nil:
+			http.Error(w, "join: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		// A removed host that presents a newer token is readmitted (gossip takes it back).
+		defer func() {
+			if err := s.Policy.Admitted(context.WithoutCancel(r.Context()), req.Name); err != nil {
+				log.WithError(err).WithField("host", req.Name).Warn("record a removed host's readmission")
+			}
+		}()
 	}
 	if req.Worker {
 		s.joinWorker(w, r, req)

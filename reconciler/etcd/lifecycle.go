@@ -157,7 +157,8 @@ func (l *Lifecycle) join(ctx context.Context, req JoinRequest) (*JoinResponse, e
 			}
 			lastErr = err
 			l.log().WithError(err).WithField("via", p.Name).Warn("join attempt failed")
-			if strings.Contains(err.Error(), "(401)") || strings.Contains(err.Error(), "pins") {
+			// A wrong token, a removed host or a CA the token does not pin: no retry helps.
+			if strings.Contains(err.Error(), "(401)") || strings.Contains(err.Error(), "(403)") || strings.Contains(err.Error(), "pins") {
 				return nil, err
 			}
 		}

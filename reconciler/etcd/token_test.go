@@ -52,3 +52,33 @@ func TestRequestJoinNeedsAPinUnlessSkipped(t *testing.T) {
 		t.Fatalf("join with an unpinned token and --insecure-skip-ca-pin: %v, want it to try the site", err)
 	}
 }
+
+// TestRotatedTokenCarriesTheGossipKey: flotilla token rotate prints FLO2 tokens, which carry
+// the site's gossip key next to the new secret; they round-trip, and malformed ones are
+// refused with a message.
+func TestRotatedTokenCarriesTheGossipKey(t *testing.T) {
+	pin := "sha256:" + strings.Repeat("ab", 32)
+	key := strings.Repeat("0f", 32)
+	secret := "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f6071"
+	s := "FLO2:" + pin + ":" + key + ":" + secret
+	tok, err := ParseToken(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.CAPin != pin || tok.Secret != secret || len(tok.GossipKey) != 32 || tok.GossipKey[0] != 0x0f {
+		t.Errorf("parsed as %+v", tok)
+	}
+	if tok.String() != s {
+		t.Errorf("String() = %q, want %q", tok.String(), s)
+	}
+	for _, bad := range []string{
+		"FLO2:" + pin + ":" + secret,                    // no key
+		"FLO2:" + pin + ":" + key[:10] + ":" + secret,   // short key
+		"FLO2:md5:" + key + ":" + key + ":" + secret,    // not a sha256 pin
+		"FLO2:" + pin + ":" + key + ":" + "weak-secret", // weak secret
+	} {
+		if _, err := ParseToken(bad); err == nil {
+			t.Errorf("ParseToken(%q) accepted", bad)
+		}
+	}
+}

@@ -306,16 +306,8 @@ spec: {url: %q, ref: {branch: main}, interval: 3s, serviceAccountName: site-depl
 			t.Fatal(err)
 		}
 		waitFor(t, 2*time.Minute, victim.Name+" Ready again", func() (bool, string) {
-			n, err := c.CoreV1().Nodes().Get(context.Background(), victim.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			for _, cond := range n.Status.Conditions {
-				if cond.Type == corev1.NodeReady {
-					return cond.Status == corev1.ConditionTrue, string(cond.Status)
-				}
-			}
-			return false, "no Ready condition"
+			st, _ := nodeHealth(c, victim.Name)
+			return st == corev1.ConditionTrue, string(st)
 		})
 		waitFor(t, 60*time.Second, "the rejoined host's ingress answers", func() (bool, string) {
 			code, body, err := get("http://"+victim.IP+"/", "")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -84,13 +85,18 @@ func availableReplicas(c kubernetes.Interface, ns, name string) (int32, string) 
 // Service and Ingress, NodePorts, session affinity, readiness, scale to zero, cluster DNS and
 // the repair of a deleted nftables table.
 func TestServicesDNSAndIngress(t *testing.T) {
-	s := newSite(t, 3)
+	s := newSite(t, 4)
 	sideLoad(t, s)
-	startSite(t, s)
+	startHosts(t, s.Hosts[:3])
+	// host-4 is a worker (--etcd=false): its Service proxy, cluster DNS, Ingress proxy and
+	// NodePorts must answer as the servers' do, with its node identity's narrower reads.
+	if err := s.Hosts[3].StartJoining(s.Hosts[:1], "--git-min-interval=1s", "--etcd=false"); err != nil {
+		t.Fatal(err)
+	}
 	c := clientOf(t, s.Hosts[0])
-	waitFor(t, 2*time.Minute, "3 Ready nodes with pod CIDRs", func() (bool, string) {
+	waitFor(t, 2*time.Minute, "4 Ready nodes with pod CIDRs", func() (bool, string) {
 		n, state := readyNodes(s.Hosts[0])
-		return n == 3, state
+		return n == 4, state
 	})
 	applyExample(t, s.Hosts[0], "examples/hello")
 	waitFor(t, 2*time.Minute, "hello available", func() (bool, string) {
@@ -125,6 +131,28 @@ func TestServicesDNSAndIngress(t *testing.T) {
 		if !ok || !strings.Contains(out, "hello from") {
 			t.Fatalf("GET through the Service name: ok=%v %q", ok, out)
 		}
+	})
+
+	t.Run("ClusterIP and DNS from a pod on the worker; the API Service lists the servers only", func(t *testing.T) {
+		out, ok := runPod(t, c, s.Hosts[0], "default", "curl-svc-worker", "host-4", "get", "http://hello.hello.svc.cluster.local/")
+		if !ok || !strings.Contains(out, "hello from") {
+			t.Fatalf("GET through the Service name from the worker: ok=%v %q", ok, out)
+		}
+		want := []string{s.Hosts[0].IP, s.Hosts[1].IP, s.Hosts[2].IP}
+		sort.Strings(want)
+		// Each server labels its Node once it exists; the servers resync the slice every 10 s.
+		waitFor(t, 30*time.Second, "Service default/kubernetes listing the servers only", func() (bool, string) {
+			slice, err := c.DiscoveryV1().EndpointSlices("default").Get(context.Background(), "kubernetes", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			var got []string
+			for _, ep := range slice.Endpoints {
+				got = append(got, ep.Addresses...)
+			}
+			sort.Strings(got)
+			return strings.Join(got, ",") == strings.Join(want, ","), fmt.Sprintf("endpoints %v, want %v (the worker is %s)", got, want, s.Hosts[3].IP)
+		})
 	})
 
 	t.Run("NodePort on every host, session affinity", func(t *testing.T) {

@@ -28,7 +28,7 @@ import (
 // its serving certificate) and reaches the API through its local proxy; with its own
 // credentials it may change its own Node and not another's.
 func TestWorkerHost(t *testing.T) {
-	s := newSite(t, 4)
+	s := newSite(t, 5)
 	sideLoad(t, s)
 	startHosts(t, s.Hosts[:3])
 	worker := s.Hosts[3]
@@ -80,7 +80,14 @@ func TestWorkerHost(t *testing.T) {
 	})
 
 	t.Run("the worker runs pods", func(t *testing.T) {
-		create(t, c, newPod("on-worker", worker.Name, corev1.RestartPolicyAlways, tool("app", "serve", "8080")))
+		used := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "used-on-worker", Namespace: "default"}, StringData: map[string]string{"k": "v"}}
+		if _, err := c.CoreV1().Secrets("default").Create(ctx, used, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod := newPod("on-worker", worker.Name, corev1.RestartPolicyAlways, tool("app", "serve", "8080"))
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: used.Name}}})
+		pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "s", MountPath: "/etc/used"})
+		create(t, c, pod)
 		waitPod(t, c, "on-worker", 90*time.Second, "Ready", podReady)
 		// Logs go from the API to the worker's agent, which serves with its own certificate.
 		waitFor(t, 30*time.Second, "logs of the worker's pod", func() (bool, string) {
@@ -89,16 +96,10 @@ func TestWorkerHost(t *testing.T) {
 		})
 	})
 
+	// The worker's own credentials, as a thief of the box would use them.
+	wc := workerClient(t, worker, s.Hosts[0])
+
 	t.Run("the worker's credentials reach its own Node only", func(t *testing.T) {
-		cfg := &rest.Config{Host: "https://" + s.Hosts[0].IP + ":6443", TLSClientConfig: rest.TLSClientConfig{
-			CAFile:   filepath.Join(worker.DataDir, "pki", "ca.crt"),
-			CertFile: filepath.Join(worker.DataDir, "pki", "node-client.crt"),
-			KeyFile:  filepath.Join(worker.DataDir, "pki", "node-client.key"),
-		}}
-		wc, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
 		// The node role updates Nodes (as the agent does when it registers); NodeRestriction
 		// keeps that to the host's own.
 		relabel := func(name string) error {
@@ -127,6 +128,35 @@ func TestWorkerHost(t *testing.T) {
 		delete(n.Labels, "node-restriction.kubernetes.io/pool")
 		if _, err := wc.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("the worker removing a node-restriction.kubernetes.io label from its Node: %v, want 403", err)
+		}
+	})
+
+	t.Run("the worker reads only the Secrets its pods use", func(t *testing.T) {
+		unused := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "not-on-worker", Namespace: "default"}, StringData: map[string]string{"k": "v"}}
+		if _, err := c.CoreV1().Secrets("default").Create(ctx, unused, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := wc.CoreV1().Secrets("default").Get(ctx, "used-on-worker", metav1.GetOptions{}); err != nil {
+			t.Errorf("the worker reading the Secret its pod mounts: %v", err)
+		}
+		if _, err := wc.CoreV1().Secrets("default").Get(ctx, unused.Name, metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("the worker reading a Secret no pod on it uses: %v, want 403", err)
+		}
+		if _, err := wc.CoreV1().Secrets("").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("the worker listing every Secret: %v, want 403", err)
+		}
+	})
+
+	t.Run("Secrets are ciphertext in etcd", func(t *testing.T) {
+		resp, err := etcdClient(t, s.Hosts[0]).Get(ctx, "/registry/secrets/default/not-on-worker")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) != 1 {
+			t.Fatalf("%d keys for Secret default/not-on-worker in etcd", len(resp.Kvs))
+		}
+		if v := resp.Kvs[0].Value; !strings.HasPrefix(string(v), "k8s:enc:") || strings.Contains(string(v), "not-on-worker") {
+			t.Errorf("Secret default/not-on-worker is stored in the clear: %q", v[:min(len(v), 80)])
 		}
 	})
 
@@ -162,4 +192,99 @@ func TestWorkerHost(t *testing.T) {
 			return l.Spec.RenewTime.After(killed.Add(time.Second)), "renewed " + l.Spec.RenewTime.String()
 		})
 	})
+	t.Run("flotilla host remove cuts the worker off", func(t *testing.T) {
+		var server *devsite.Host
+		for _, h := range s.Hosts[:3] {
+			if h.Running() {
+				server = h
+				break
+			}
+		}
+		thief := workerClient(t, worker, server)
+		if _, err := thief.CoreV1().Nodes().Get(ctx, worker.Name, metav1.GetOptions{}); err != nil {
+			t.Fatalf("the worker's credentials before its removal: %v", err)
+		}
+		admin := clientOf(t, server)
+		removed := time.Now()
+		if out, err := flotillaCLI(t, "host", "remove", worker.Name, "--data-dir", server.DataDir); err != nil {
+			t.Fatalf("flotilla host remove: %v\n%s", err, out)
+		}
+		// Every server refuses the certificate, not only the one the command talked to.
+		for _, h := range s.Hosts[:3] {
+			if !h.Running() {
+				continue
+			}
+			hc := workerClient(t, worker, h)
+			waitFor(t, 5*time.Second, "401 for the removed worker's certificate at "+h.Name, func() (bool, string) {
+				_, err := hc.CoreV1().Nodes().Get(ctx, worker.Name, metav1.GetOptions{})
+				return apierrors.IsUnauthorized(err), fmt.Sprint(err)
+			})
+		}
+		framework.Figure(t, "removed worker's certificate refused by every server %s after flotilla host remove started", time.Since(removed).Round(10*time.Millisecond))
+		waitFor(t, 30*time.Second, "the worker's Node gone", func() (bool, string) {
+			_, err := admin.CoreV1().Nodes().Get(ctx, worker.Name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+
+		// Restarted with its data directory (joining gossip through a server still up), it is
+		// refused and does not come back.
+		worker.Kill()
+		logged := len(worker.Logs())
+		if err := worker.StartJoining([]*devsite.Host{server}, "--git-min-interval=1s", "--etcd=false"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 60*time.Second, "the restarted worker refused (401)", func() (bool, string) {
+			l := worker.Logs()
+			return strings.Contains(l[min(logged, len(l)):], "Unauthorized"), "no 401 in its log yet"
+		})
+		if _, err := admin.CoreV1().Nodes().Get(ctx, worker.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the removed worker's Node after its restart: %v, want it absent", err)
+		}
+		worker.Kill()
+
+		// A fresh join under its name with the token of its removal is refused...
+		again := s.Hosts[4]
+		if err := again.StartJoining([]*devsite.Host{server}, "--etcd=false", "--name", worker.Name); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 60*time.Second, "the join under the removed name refused", func() (bool, string) {
+			return !again.Running() && strings.Contains(again.Logs(), "was removed from this site"), "still running"
+		})
+		// ...and admitted once the token was rotated (the new token is host 1's token file).
+		if out, err := flotillaCLI(t, "token", "rotate", "--data-dir", s.Hosts[0].DataDir, "--kubeconfig", server.Kubeconfig()); err != nil {
+			t.Fatalf("flotilla token rotate: %v\n%s", err, out)
+		}
+		if err := again.StartJoining([]*devsite.Host{server}, "--etcd=false", "--name", worker.Name); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Minute, "the host readmitted with the new token and Ready", func() (bool, string) {
+			st, _ := nodeHealth(admin, worker.Name)
+			return st == corev1.ConditionTrue, string(st)
+		})
+		// The old data directory's certificate stays refused.
+		if _, err := workerClient(t, worker, server).CoreV1().Nodes().Get(ctx, worker.Name, metav1.GetOptions{}); !apierrors.IsUnauthorized(err) {
+			t.Errorf("the removed worker's old certificate after the readmission: %v, want 401", err)
+		}
+	})
+}
+
+// workerClient uses a worker's node credentials against server's API.
+func workerClient(t *testing.T, worker, server *devsite.Host) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(&rest.Config{Host: "https://" + server.IP + ":6443", TLSClientConfig: rest.TLSClientConfig{
+		CAFile:   filepath.Join(worker.DataDir, "pki", "ca.crt"),
+		CertFile: filepath.Join(worker.DataDir, "pki", "node-client.crt"),
+		KeyFile:  filepath.Join(worker.DataDir, "pki", "node-client.key"),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// flotillaCLI runs the flotilla binary (from the test's network namespace: the root one).
+func flotillaCLI(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	out, err := exec.Command(framework.FlotillaBin(t), args...).CombinedOutput()
+	return string(out), err
 }

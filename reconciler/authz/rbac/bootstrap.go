@@ -3,8 +3,10 @@ package rbac
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -265,9 +267,10 @@ func Reconcile[T Bootstrapped](existing, desired T) (Reconciliation[T], error) {
 		if d == nil {
 			return Reconciliation[T]{}, errors.New("no desired ClusterRole")
 		}
+		trimmed, retired := withoutRetiredRules(e)
 		res, err := (&reconciliation.ReconcileRoleOptions{
 			Role:   reconciliation.ClusterRoleRuleOwner{ClusterRole: d.DeepCopy()},
-			Client: storedRole{e},
+			Client: storedRole{trimmed},
 		}).Run()
 		if err != nil {
 			return Reconciliation[T]{}, err
@@ -280,6 +283,8 @@ func Reconcile[T Bootstrapped](existing, desired T) (Reconciliation[T], error) {
 		}
 		if r.Protected {
 			r.Object, r.Operation = existing, OperationNone
+		} else if retired && r.Operation == OperationNone {
+			r.Object, r.Operation = any(trimmed).(T), OperationUpdate
 		}
 		return r, nil
 	case *rbacv1.ClusterRoleBinding:
@@ -306,6 +311,40 @@ func Reconcile[T Bootstrapped](existing, desired T) (Reconciliation[T], error) {
 		return r, nil
 	}
 	return Reconciliation[T]{}, fmt.Errorf("cannot reconcile %T", desired)
+}
+
+// retiredRules are rules earlier versions of flotilla gave a ClusterRole of their bootstrap
+// policy and took back, by ClusterRole name: Reconcile removes them from a stored role
+// (unless it is protected), where it otherwise keeps every rule it does not know.
+var retiredRules = map[string][]rbacv1.PolicyRule{
+	// The Node authorizer (reconciler/authz/node) lets a host read what its pods use;
+	// system:node no longer lists and watches these in every namespace.
+	nodeRoleName: {
+		rule(verbs("list", "watch"), coreGroup, "configmaps", "persistentvolumeclaims", "persistentvolumes", "pods", "secrets", "services"),
+	},
+}
+
+// withoutRetiredRules returns a copy of cr without its retiredRules, and whether it had
+// any; cr itself when it had none.
+func withoutRetiredRules(cr *rbacv1.ClusterRole) (*rbacv1.ClusterRole, bool) {
+	if cr == nil || len(retiredRules[cr.Name]) == 0 {
+		return cr, false
+	}
+	var keep []rbacv1.PolicyRule
+	removed := false
+	for _, r := range cr.Rules {
+		if slices.ContainsFunc(retiredRules[cr.Name], func(old rbacv1.PolicyRule) bool { return equality.Semantic.DeepEqual(old, r) }) {
+			removed = true
+			continue
+		}
+		keep = append(keep, r)
+	}
+	if !removed {
+		return cr, false
+	}
+	cp := cr.DeepCopy()
+	cp.Rules = keep
+	return cp, true
 }
 
 // storedRole serves the reconciliation's dry run the stored ClusterRole, if any. The

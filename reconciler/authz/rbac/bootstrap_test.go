@@ -316,3 +316,44 @@ func TestReconcileClusterRoleBinding(t *testing.T) {
 		t.Error("no error without desired binding")
 	}
 }
+
+// TestReconcileRetiredNodeRule: the stored system:node of an earlier version, which listed
+// Secrets, ConfigMaps and volumes everywhere, loses that rule; a rule a user added stays.
+func TestReconcileRetiredNodeRule(t *testing.T) {
+	var desired *rbacv1.ClusterRole
+	for _, cr := range ComponentClusterRoles() {
+		if cr.Name == nodeRoleName {
+			desired = cr.DeepCopy()
+		}
+	}
+	if desired == nil {
+		t.Fatal("no system:node role")
+	}
+	userRule := coreRule([]string{"get"}, "secrets")
+	stored := desired.DeepCopy()
+	stored.Rules = append(append(stored.Rules, retiredRules[nodeRoleName]...), userRule)
+	storedCopy := stored.DeepCopy()
+	r, err := Reconcile(stored, desired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Operation != OperationUpdate {
+		t.Fatalf("operation %s, want update", r.Operation)
+	}
+	want := append(desired.DeepCopy().Rules, userRule)
+	if !equality.Semantic.DeepEqual(r.Object.Rules, want) {
+		t.Errorf("rules\n%+v\nwant\n%+v", r.Object.Rules, want)
+	}
+	if !reflect.DeepEqual(stored, storedCopy) {
+		t.Error("stored role modified")
+	}
+	// Once trimmed, nothing to do.
+	if r, err := Reconcile(r.Object, desired); err != nil || r.Operation != OperationNone {
+		t.Errorf("second reconcile: %v %v", r.Operation, err)
+	}
+	// A protected role keeps the rule.
+	stored.Annotations = map[string]string{rbacv1.AutoUpdateAnnotationKey: "false"}
+	if r, err := Reconcile(stored, desired); err != nil || r.Operation != OperationNone || len(r.Object.Rules) != len(stored.Rules) {
+		t.Errorf("protected: %v %d rules %v", r.Operation, len(r.Object.Rules), err)
+	}
+}

@@ -305,13 +305,19 @@ var controllerPolicies = map[string][]rbacv1.PolicyRule{
 // Reads through the host's informers, in every namespace (list and watch):
 //   - pods: the agent's own, by field selector spec.nodeName (a selector RBAC does not see),
 //     and every pod for cluster DNS (proxy/dns: pod records);
-//   - configmaps, secrets, services, persistentvolumeclaims, persistentvolumes: the agent's
-//     volumes and environment (nodes/agent/pods.go), looked up by name in any namespace;
-//     secrets of type kubernetes.io/tls also for the Ingress proxy;
+//   - services: the Service proxy, cluster DNS, the Ingress proxy, and the agent's
+//     Service environment variables;
 //   - nodes: the pod network routes (nodes/network/routes.go), the Service proxy (its own
 //     Node) and the Ingress proxy (addresses);
 //   - endpointslices: the Service proxy, cluster DNS, the Ingress proxy;
 //   - ingresses, ingressclasses: the Ingress proxy.
+//
+// No rule grants configmaps, secrets, persistentvolumeclaims or persistentvolumes: a host
+// reads only those its pods use (the agent's volumes and environment) and the
+// kubernetes.io/tls Secrets the Ingresses name (the Ingress proxy), each by name with a
+// watch of its own (nodes/refcache: fieldSelector metadata.name=<name>), and the Node
+// authorizer (reconciler/authz/node), which the API server asks before RBAC, allows
+// exactly those. A host cannot list them, nor read one no pod of its own references.
 //
 // Requests of the node agent (nodes/agent, nodes/host/nodeagent.go):
 //   - Node: Create, Get, Update (labels, taints) when registering; Get and UpdateStatus for
@@ -333,7 +339,7 @@ var controllerPolicies = map[string][]rbacv1.PolicyRule{
 // (upstream's system:certificates.k8s.io:certificatesigningrequests:selfnodeclient, which
 // kubeadm binds to system:nodes).
 var nodeRules = []rbacv1.PolicyRule{
-	rule(verbs("list", "watch"), coreGroup, "configmaps", "persistentvolumeclaims", "persistentvolumes", "pods", "secrets", "services"),
+	rule(verbs("list", "watch"), coreGroup, "pods", "services"),
 	rule(verbs("get", "list", "watch"), coreGroup, "nodes"),
 	rule(verbs("list", "watch"), discoveryGroup, "endpointslices"),
 	rule(verbs("list", "watch"), networkingGroup, "ingresses"),

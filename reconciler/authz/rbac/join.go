@@ -12,8 +12,13 @@ import (
 const JoinUser = "system:flotilla:join"
 
 // joinRules: create, get (polling for the certificate) and approve CertificateSigningRequests,
-// for the two signers a worker's certificates come from only.
+// for the two signers a worker's certificates come from only; get the site's current join
+// token (Secret flotilla-join-token, its hash) and get and update the list of removed hosts
+// (ConfigMap flotilla-revoked-hosts, to mark one readmitted), both in kube-system
+// (reconciler/hostaccess).
 var joinRules = []rbacv1.PolicyRule{
+	{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"flotilla-join-token"}},
+	{Verbs: []string{"get", "update"}, APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"flotilla-revoked-hosts"}},
 	rule(verbs("create", "get"), "certificates.k8s.io", "certificatesigningrequests"),
 	rule(verbs("update"), "certificates.k8s.io", "certificatesigningrequests/approval"),
 	{Verbs: []string{"approve"}, APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"},

@@ -150,7 +150,7 @@ func requestingNode(csr *certificatesv1.CertificateSigningRequest, cr *x509.Cert
 // the addresses it claims there, which the Service proxy and the API already trust. Until a
 // NodeRestriction admission keeps each node to its own Node, a node could first write other
 // addresses into its status: the check is only as strong as that (see the README's RBAC
-// limits), like a node's access to every Secret today.
+// limits).
 func servingNamesAllowed(node *corev1.Node, cr *x509.CertificateRequest) string {
 	var ips []net.IP
 	dns := []string{node.Name}
