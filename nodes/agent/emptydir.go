@@ -118,10 +118,10 @@ func emptyDirOverLimit(pod *corev1.Pod, podDir string) (string, error) {
 	return "", errors.Join(errs...)
 }
 
-// evictable reports whether the emptyDir volumes of pod are watched: it runs or may still run,
-// has an emptyDir on disk with a sizeLimit and is not critical (a static or mirror pod, or one
-// of system-critical priority, which the kubelet never evicts).
-func evictable(pod *corev1.Pod) bool {
+// mayEvict reports whether the host may evict pod: it runs or may still run and is not
+// critical (a static or mirror pod, or one of system-critical priority, which the kubelet
+// never evicts).
+func mayEvict(pod *corev1.Pod) bool {
 	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return false
 	}
@@ -131,7 +131,13 @@ func evictable(pod *corev1.Pod) bool {
 	if src, ok := pod.Annotations["kubernetes.io/config.source"]; ok && src != "api" {
 		return false
 	}
-	if pod.Spec.Priority != nil && *pod.Spec.Priority >= systemCriticalPriority {
+	return pod.Spec.Priority == nil || *pod.Spec.Priority < systemCriticalPriority
+}
+
+// evictable reports whether the emptyDir volumes of pod are watched: mayEvict, and it has an
+// emptyDir on disk with a sizeLimit.
+func evictable(pod *corev1.Pod) bool {
+	if !mayEvict(pod) {
 		return false
 	}
 	for i := range pod.Spec.Volumes {
@@ -208,6 +214,9 @@ func (w *podWorker) evict(ctx context.Context, pod *corev1.Pod, msg string) erro
 		}
 	}
 	grace := gracePeriod(pod)
+	if g := w.evictGrace.Load(); g != nil {
+		grace = *g
+	}
 	var wg sync.WaitGroup
 	for _, c := range snap[string(pod.UID)] {
 		if c.State != rt.StateRunning {

@@ -48,6 +48,30 @@ type NodeConfig struct {
 	// DeclaredFeatures is status.declaredFeatures (see DeclaredFeatures). The agent is
 	// authoritative: an edit by anyone else is overwritten at the next heartbeat.
 	DeclaredFeatures []string
+	// Pressure gives the MemoryPressure, DiskPressure and PIDPressure conditions (nil: all
+	// False).
+	Pressure *PressureMonitor
+	// Reserved is left out of allocatable: --system-reserved plus --kube-reserved plus the
+	// memory.available and nodefs.available hard eviction thresholds (see Allocatable).
+	Reserved corev1.ResourceList
+}
+
+// Allocatable is capacity less reserved, per resource, never below zero, as the kubelet's
+// node allocatable: capacity − system-reserved − kube-reserved − hard eviction thresholds.
+func Allocatable(capacity, reserved corev1.ResourceList) corev1.ResourceList {
+	out := capacity.DeepCopy()
+	for name, r := range reserved {
+		c, ok := out[name]
+		if !ok {
+			continue
+		}
+		c.Sub(r)
+		if c.Sign() < 0 {
+			c = *resource.NewQuantity(0, c.Format)
+		}
+		out[name] = c
+	}
+	return out
 }
 
 // TaintNoPods is the taint of Nodes whose host runs no pods.
@@ -193,19 +217,22 @@ func desiredStatus(cfg NodeConfig) corev1.NodeStatus {
 	}
 	var uts syscall.Utsname
 	_ = syscall.Uname(&uts)
+	pressure := []corev1.NodeCondition{
+		cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "flotilla agent has sufficient memory available"),
+		cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "flotilla agent has no disk pressure"),
+		cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "flotilla agent has sufficient PID available"),
+	}
+	if cfg.Pressure != nil {
+		pressure = cfg.Pressure.Conditions(now)
+	}
 	return corev1.NodeStatus{
 		Capacity:    capacity,
-		Allocatable: capacity.DeepCopy(),
+		Allocatable: Allocatable(capacity, cfg.Reserved),
 		Addresses: []corev1.NodeAddress{
 			{Type: corev1.NodeInternalIP, Address: cfg.Address},
 			{Type: corev1.NodeHostName, Address: cfg.Name},
 		},
-		Conditions: []corev1.NodeCondition{
-			cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "flotilla agent has sufficient memory available"),
-			cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "flotilla agent has no disk pressure"),
-			cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "flotilla agent has sufficient PID available"),
-			cond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "flotilla agent is posting ready status"),
-		},
+		Conditions:      append(pressure, cond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "flotilla agent is posting ready status")),
 		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: cfg.AgentPort}},
 		NodeInfo: corev1.NodeSystemInfo{
 			MachineID:               readTrim("/etc/machine-id"),

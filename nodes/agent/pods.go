@@ -36,7 +36,7 @@ type Runtime interface {
 	execer
 	ImageLister
 	ImageStatus(ctx context.Context, ref string) (*rt.Image, error)
-	PullImage(ctx context.Context, ref string) (*rt.Image, error)
+	PullImage(ctx context.Context, ref string, opts rt.PullOptions) (*rt.Image, error)
 	CreateContainer(ctx context.Context, c rt.ContainerConfig) error
 	StartContainer(ctx context.Context, id string) error
 	StopContainer(ctx context.Context, id string, grace time.Duration) error
@@ -74,6 +74,9 @@ type PodConfig struct {
 	// SeccompDefault is the seccomp profile of containers whose pod sets none: RuntimeDefault
 	// (the default) or Unconfined. Localhost profiles are files below DataDir/seccomp.
 	SeccompDefault string
+	// ImageGC, when set, collects unused images (imagegc.go); the Runtime must then be an
+	// ImageGCRuntime too.
+	ImageGC *ImageGCConfig
 	// Informers is the host's shared factory; nil makes one of its own. It must be unfiltered:
 	// the Services of every namespace make the containers' Service environment.
 	Informers informers.SharedInformerFactory
@@ -111,7 +114,9 @@ type PodManager struct {
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
-	keys    map[types.UID]string // uid -> namespace/name
+	// diskReclaimed is when disk pressure last had unused images collected (EvictForPressure).
+	diskReclaimed time.Time
+	keys          map[types.UID]string // uid -> namespace/name
 
 	snapMu   sync.Mutex
 	snap     map[string][]rt.ContainerStatus // pod uid -> containers
@@ -120,6 +125,8 @@ type PodManager struct {
 	stats *statsCollector
 	// tokens are the projected service account tokens of the pods.
 	tokens *serviceAccountTokens
+	// images collects unused images; nil without PodConfig.ImageGC.
+	images *imageGC
 	// servicesSynced tells whether the Services were listed once, which the environment of a
 	// container needs.
 	servicesSynced cache.InformerSynced
@@ -171,6 +178,14 @@ func NewPodManager(client kubernetes.Interface, cfg PodConfig) *PodManager {
 	m.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: cfg.NodeName})
 	m.stats = newStatsCollector(m)
 	m.tokens = newServiceAccountTokens(client, m.log, m.podDir)
+	if cfg.ImageGC != nil {
+		if gcrt, ok := cfg.Runtime.(ImageGCRuntime); ok {
+			m.images = newImageGC(*cfg.ImageGC, gcrt, m.recorder, cfg.NodeName, m.log)
+			m.cfg.Runtime = imageUseRecorder{Runtime: cfg.Runtime, gc: m.images}
+		} else {
+			m.log.Warn("the runtime cannot remove images: no image garbage collection")
+		}
+	}
 	return m
 }
 
@@ -199,6 +214,9 @@ func (m *PodManager) Run(ctx context.Context) error {
 	}
 	m.log.Info("pod workers running")
 	go m.watchEmptyDirs(ctx)
+	if m.images != nil {
+		go m.images.run(ctx)
+	}
 	t := time.NewTicker(10 * time.Second)
 	defer t.Stop()
 	for {

@@ -543,7 +543,7 @@ func (r *tokenRuntime) ListImages(context.Context) ([]rt.Image, error) { return 
 func (r *tokenRuntime) ImageStatus(context.Context, string) (*rt.Image, error) {
 	return &rt.Image{ID: "sha256:1"}, nil
 }
-func (r *tokenRuntime) PullImage(context.Context, string) (*rt.Image, error) {
+func (r *tokenRuntime) PullImage(context.Context, string, rt.PullOptions) (*rt.Image, error) {
 	return &rt.Image{ID: "sha256:1"}, nil
 }
 func (r *tokenRuntime) CreateContainer(_ context.Context, c rt.ContainerConfig) error {

@@ -34,6 +34,8 @@ const (
 type backoff struct {
 	delay time.Duration
 	next  time.Time
+	// msg is the failure backed off from (image pulls: the registry's message).
+	msg string
 }
 
 // podWorker owns one pod: it alone creates, starts and stops that pod's containers.
@@ -60,8 +62,12 @@ type podWorker struct {
 	// lastStatus was written on top of resourceVersion lastBase.
 	lastStatus *corev1.PodStatus
 	lastBase   string
-	// eviction is the message of the eviction decided for the pod, set once by checkEmptyDirs.
+	// eviction is the message of the eviction decided for the pod, set once by checkEmptyDirs
+	// or EvictForPressure.
 	eviction atomic.Pointer[string]
+	// evictGrace, when set, replaces the pod's grace period for the eviction (0 for a hard
+	// node-pressure threshold).
+	evictGrace atomic.Pointer[time.Duration]
 }
 
 type probeHandle struct {
@@ -466,8 +472,10 @@ func first(s []string) string {
 	return s[0]
 }
 
-// ensureImage makes the container's image available per imagePullPolicy. Without a
-// registry (the edge), an image that is present is used when a pull fails.
+// ensureImage makes the container's image available per imagePullPolicy. A failed pull is
+// ErrImagePull, then ImagePullBackOff until the next try: an image present on the host is
+// never run in its place under Always. Side-loaded images (imported from DIR/images/*.tar,
+// or named flotilla.local/...) are never pulled: Always acts as IfNotPresent for them.
 func (w *podWorker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Container) error {
 	key := "pull/" + c.Name
 	policy := c.ImagePullPolicy
@@ -493,15 +501,41 @@ func (w *podWorker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.
 	if present != nil && policy == corev1.PullIfNotPresent {
 		return nil
 	}
+	if present != nil && present.SideLoaded {
+		w.event(pod, corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q is side-loaded on this host: not pulled (imagePullPolicy Always acts as IfNotPresent for side-loaded images)", c.Image))
+		delete(w.backoffs, key)
+		return nil
+	}
 	if b := w.backoffs[key]; b != nil && time.Now().Before(b.next) {
-		if present != nil {
-			return nil
+		msg := fmt.Sprintf("Back-off pulling image %q", c.Image)
+		if b.msg != "" {
+			msg += ": ErrImagePull: " + b.msg
 		}
-		w.waiting[c.Name] = [2]string{"ImagePullBackOff", fmt.Sprintf("Back-off pulling image %q", c.Image)}
+		w.waiting[c.Name] = [2]string{"ImagePullBackOff", msg}
 		return fmt.Errorf("image pull back-off")
 	}
-	w.event(pod, corev1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", c.Image))
-	if _, err := w.m.cfg.Runtime.PullImage(ctx, c.Image); err != nil {
+	var pullErr error
+	if rt.IsSideLoadedName(c.Image) {
+		pullErr = fmt.Errorf("%s/ images are side-loaded only (DIR/images/*.tar, flotilla image import), never pulled, and this host has none named so", rt.SideLoadedRegistry)
+	} else {
+		creds, problems, err := pullCredentials(pod, c.Image, w.m.secret)
+		if err != nil {
+			return err
+		}
+		if len(problems) > 0 {
+			w.event(pod, corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret", pullSecretsProblem(problems))
+		}
+		w.event(pod, corev1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", c.Image))
+		_, pullErr = w.m.cfg.Runtime.PullImage(ctx, c.Image, rt.PullOptions{Credentials: creds,
+			Progress: func(done, total int64) {
+				w.event(pod, corev1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q: %s of %s (%d%%)",
+					c.Image, humanBytes(done), humanBytes(total), done*100/max(total, 1)))
+			}})
+	}
+	if pullErr != nil {
+		if ctx.Err() != nil {
+			return pullErr
+		}
 		b := w.backoffs[key]
 		if b == nil {
 			b = &backoff{delay: backoffInitial / 2}
@@ -509,11 +543,8 @@ func (w *podWorker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.
 		}
 		b.delay = min(b.delay*2, backoffMax)
 		b.next = time.Now().Add(b.delay)
-		if present != nil {
-			w.event(pod, corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Pulling image %q failed (%v); using the image present on the host", c.Image, err))
-			return nil
-		}
-		msg := fmt.Sprintf("Failed to pull image %q: %v", c.Image, err)
+		b.msg = pullErr.Error()
+		msg := fmt.Sprintf("Failed to pull image %q: %v", c.Image, pullErr)
 		w.waiting[c.Name] = [2]string{"ErrImagePull", msg}
 		w.event(pod, corev1.EventTypeWarning, "Failed", msg)
 		go func(d time.Duration) {
@@ -525,6 +556,20 @@ func (w *podWorker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.
 	delete(w.backoffs, key)
 	w.event(pod, corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q", c.Image))
 	return nil
+}
+
+// humanBytes prints a size as the kubelet's pull events do (1024-based, one decimal).
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 func lastSegment(image string) string {
@@ -644,7 +689,7 @@ func (w *podWorker) pruneAttempts(ctx context.Context, byName map[string][]rt.Co
 			}
 			_ = w.m.cfg.Runtime.RemoveContainer(ctx, old.ID)
 			if p := old.Labels[labelPodUID]; p != "" {
-				_ = os.Remove(logPath(w.m.podDir(types.UID(p)), old.Labels[labelContainer], attemptOf(old)))
+				_ = rt.RemoveLogs(logPath(w.m.podDir(types.UID(p)), old.Labels[labelContainer], attemptOf(old)))
 			}
 		}
 	}

@@ -159,7 +159,7 @@ func (h *Host) waitReady() error {
 // membership, and the GitSource of --git-url (with the webhook token of
 // --git-webhook-secret-file).
 func (h *Host) startSite() error {
-	go runKubernetesService(h.runCtx, h.apiClient, firstIP(h.vopts.ServiceCIDR), int32(h.cfg.APIPort))
+	go runKubernetesService(h.runCtx, h.apiClient, firstIP(h.vopts.ServiceCIDR), int32(h.cfg.APIPort), h.cfg.Name)
 	go h.retry("label this server's Node "+ControlPlaneLabel, func(ctx context.Context) error {
 		return labelControlPlane(ctx, h.apiClient, h.cfg.Name)
 	})

@@ -11,7 +11,11 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/flotilla-dev/flotilla/gitsync"
+	"github.com/flotilla-dev/flotilla/nodes/agent"
+	"github.com/flotilla-dev/flotilla/nodes/runtime"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/validation"
@@ -89,10 +93,39 @@ type Config struct {
 	Pods bool
 	// ContainerdSocket uses this containerd instead of starting one.
 	ContainerdSocket string
+	// RegistryConfig is the host's registries.yaml (mirrors, credentials, TLS of image
+	// registries, as k3s's); "" reads <data-dir>/registries.yaml when it exists. Complete
+	// loads it into Registries (nil: none).
+	RegistryConfig string
+	Registries     *runtime.RegistryConfig
 	// SeccompDefault is the seccomp profile of the containers of pods that set none:
 	// RuntimeDefault (containerd's default profile) or Unconfined, as the kubelet's
 	// seccompDefault. Localhost profiles are files below <data-dir>/seccomp.
 	SeccompDefault string
+	// ContainerLogMaxSize (bytes) and ContainerLogMaxFiles rotate containers' log files, as
+	// the kubelet's containerLogMaxSize and containerLogMaxFiles: a file is rotated when it
+	// reaches the size, and at most that many files (the current one included) are kept.
+	ContainerLogMaxSize  int64
+	ContainerLogMaxFiles int
+	// ImageGCHighThresholdPercent and ImageGCLowThresholdPercent: when the usage of the
+	// filesystem holding containerd's images reaches the high threshold, unused images are
+	// removed, least recently used first, down to the low one (the kubelet's
+	// imageGCHigh/LowThresholdPercent; 100 turns it off). ImageMinimumGCAge keeps an image
+	// that long after it was first seen.
+	ImageGCHighThresholdPercent, ImageGCLowThresholdPercent int
+	ImageMinimumGCAge                                       time.Duration
+	// EvictionHard are the hard eviction thresholds, as the kubelet's --eviction-hard
+	// (agent.DefaultEvictionHard); EvictionPressureTransition keeps a pressure condition
+	// True that long after its threshold was last met.
+	EvictionHard               string
+	EvictionPressureTransition time.Duration
+	// SystemReserved and KubeReserved ("cpu=100m,memory=256Mi,ephemeral-storage=1Gi") are
+	// left out of the Node's allocatable, and the pods' cgroup is capped at capacity less
+	// both; KubeReserved defaults to what flotilla and containerd use (DefaultKubeReserved).
+	SystemReserved, KubeReserved string
+	// Parsed by Complete.
+	evictionHard                 []agent.Threshold
+	systemReserved, kubeReserved corev1.ResourceList
 	// AgentPort is the node agent's HTTPS endpoint (logs, exec, port-forward).
 	AgentPort int
 	// ClusterCIDR is split into the hosts' pod CIDRs (/24 each).
@@ -128,7 +161,20 @@ func DefaultConfig() Config {
 		Proxy: true, ProxyMode: "auto", IngressHTTPPort: 80, IngressHTTPSPort: 443, Etcd: true,
 		SeccompDefault: "RuntimeDefault", GitLimits: gitsync.DefaultLimits(), GitMinInterval: v1alpha1.MinInterval,
 		AuditLogPath: DefaultAuditLogPath, AuditLogMaxSize: 50, AuditLogMaxBackup: 3,
+		ContainerLogMaxSize: 10 << 20, ContainerLogMaxFiles: 5,
+		ImageGCHighThresholdPercent: 85, ImageGCLowThresholdPercent: 80, ImageMinimumGCAge: 2 * time.Minute,
+		EvictionHard: agent.DefaultEvictionHard, EvictionPressureTransition: 5 * time.Minute,
 	}
+}
+
+// DefaultKubeReserved is what a host's flotilla and containerd use, measured on idle hosts
+// of a 3-host site with a few pods (resident memory): a server (etcd, the API, the
+// controllers) and a worker (node agent, proxies, containerd).
+func DefaultKubeReserved(server bool) string {
+	if server {
+		return "cpu=200m,memory=512Mi"
+	}
+	return "cpu=100m,memory=256Mi"
 }
 
 // DefaultAuditLogPath stands for <data-dir>/audit.log until Complete knows the directory.
@@ -191,6 +237,15 @@ func (c *Config) Complete() (validation.Options, error) {
 	default:
 		return vopts, fmt.Errorf("--seccomp-default %q: use RuntimeDefault or Unconfined (the seccomp profile of containers whose pod sets none; default RuntimeDefault)", c.SeccompDefault)
 	}
+	if c.ContainerLogMaxSize < 1<<10 || c.ContainerLogMaxFiles < 2 {
+		return vopts, fmt.Errorf("--container-log-max-size %d and --container-log-max-files %d: give at least 1Ki and 2 (size at which a container's log file is rotated, files kept; default 10Mi and 5)", c.ContainerLogMaxSize, c.ContainerLogMaxFiles)
+	}
+	if c.ImageGCLowThresholdPercent < 0 || c.ImageGCHighThresholdPercent > 100 || c.ImageGCLowThresholdPercent >= c.ImageGCHighThresholdPercent {
+		return vopts, fmt.Errorf("--image-gc-low-threshold %d and --image-gc-high-threshold %d: give 0 <= low < high <= 100 (percent of the image filesystem used: collection starts at high and removes unused images down to low; default 80 and 85, high 100 turns it off)", c.ImageGCLowThresholdPercent, c.ImageGCHighThresholdPercent)
+	}
+	if c.ImageMinimumGCAge < 0 {
+		return vopts, fmt.Errorf("--image-minimum-gc-age %s is negative (how long an image is kept after it was first seen; default 2m)", c.ImageMinimumGCAge)
+	}
 	cidr, err := netip.ParsePrefix(c.ServiceCIDR)
 	if err != nil || !cidr.Addr().Is4() {
 		return vopts, fmt.Errorf("--service-cidr %q is not an IPv4 CIDR such as 10.96.0.0/12", c.ServiceCIDR)
@@ -237,6 +292,12 @@ func (c *Config) Complete() (validation.Options, error) {
 	if err := c.completeWebhook(); err != nil {
 		return vopts, err
 	}
+	if err := c.completeRegistries(); err != nil {
+		return vopts, err
+	}
+	if err := c.completeEviction(); err != nil {
+		return vopts, err
+	}
 	if err := c.completeGit(&vopts); err != nil {
 		return vopts, err
 	}
@@ -247,6 +308,45 @@ func (c *Config) Complete() (validation.Options, error) {
 		return vopts, fmt.Errorf("--cluster-signing-duration %s is too short: certificates are issued for at least %s", c.ClusterSigningDuration, csrsigning.MinDuration)
 	}
 	return vopts, nil
+}
+
+// completeEviction parses the eviction thresholds and the reservations.
+func (c *Config) completeEviction() error {
+	var err error
+	if c.evictionHard, err = agent.ParseThresholds(c.EvictionHard); err != nil {
+		return fmt.Errorf("--eviction-hard: %w", err)
+	}
+	if c.EvictionPressureTransition < 0 {
+		return fmt.Errorf("--eviction-pressure-transition-period %s: give 0 or more (default 5m)", c.EvictionPressureTransition)
+	}
+	if c.systemReserved, err = agent.ParseReserved(c.SystemReserved); err != nil {
+		return fmt.Errorf("--system-reserved: %w", err)
+	}
+	if c.KubeReserved == "" {
+		c.KubeReserved = DefaultKubeReserved(c.Etcd)
+	}
+	if c.kubeReserved, err = agent.ParseReserved(c.KubeReserved); err != nil {
+		return fmt.Errorf("--kube-reserved: %w", err)
+	}
+	return nil
+}
+
+// completeRegistries loads --registry-config, or <data-dir>/registries.yaml when it exists.
+func (c *Config) completeRegistries() error {
+	path := c.RegistryConfig
+	if path == "" {
+		path = filepath.Join(c.DataDir, "registries.yaml")
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			c.Registries = nil
+			return nil
+		}
+	}
+	reg, err := runtime.LoadRegistryConfig(path)
+	if err != nil {
+		return fmt.Errorf("--registry-config: %w", err)
+	}
+	c.Registries = reg
+	return nil
 }
 
 // completeGit checks the flags of the root GitSource and of gitsync's limits.

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestConfigCompleteBadInput(t *testing.T) {
@@ -23,10 +24,16 @@ func TestConfigCompleteBadInput(t *testing.T) {
 		{"unknown controller", func(c *Config) { c.Controllers = "deployment,hpa" }, `unknown controller "hpa"`},
 		{"bad node port range", func(c *Config) { c.NodePortRange = "32767-30000" }, "--node-port-range"},
 		{"unknown seccomp default", func(c *Config) { c.SeccompDefault = "Localhost" }, "--seccomp-default"},
+		{"one container log file", func(c *Config) { c.ContainerLogMaxFiles = 1 }, "--container-log-max-files 1"},
+		{"tiny container log", func(c *Config) { c.ContainerLogMaxSize = 100 }, "--container-log-max-size 100"},
 		{"negative audit rotation", func(c *Config) { c.AuditLogMaxBackup = -1 }, "--audit-log-maxbackup"},
 		{"audit policy without log", func(c *Config) { c.AuditLogPath, c.AuditPolicyFile = "", "p.yaml" }, "--audit-policy-file"},
 		{"reserved node label", func(c *Config) { c.NodeLabels = map[string]string{"node-role.kubernetes.io/worker": ""} }, "--node-label node-role.kubernetes.io/worker"},
 		{"node-restriction label", func(c *Config) { c.NodeLabels = map[string]string{"node-restriction.kubernetes.io/pool": "a"} }, "node-restriction.kubernetes.io/pool"},
+		{"bad eviction threshold", func(c *Config) { c.EvictionHard = "memory.available>1Gi" }, "--eviction-hard"},
+		{"negative pressure transition", func(c *Config) { c.EvictionPressureTransition = -time.Second }, "--eviction-pressure-transition-period"},
+		{"bad kube reservation", func(c *Config) { c.KubeReserved = "gpu=1" }, "--kube-reserved"},
+		{"bad system reservation", func(c *Config) { c.SystemReserved = "memory" }, "--system-reserved"},
 		{"worker without join", func(c *Config) { c.Etcd = false }, "--etcd=false makes a worker"},
 		{"worker without pods", func(c *Config) { c.Etcd, c.Pods, c.Join, c.TokenFile = false, false, []string{"10.0.0.1:7946"}, "t" }, "leaves the host nothing to do"},
 	} {

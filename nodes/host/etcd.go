@@ -2,11 +2,15 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"time"
 
+	"github.com/google/renameio/v2"
 	"github.com/sirupsen/logrus"
 	"go.uber.org/zap"
 
@@ -54,8 +58,15 @@ func (h *Host) startMembership() error {
 		}
 		return nil
 	}
+	seeds := c.Join
+	if h.state != nil {
+		// A host that has joined before also tries the hosts it last saw alive: its --join
+		// hosts may be down or gone.
+		seeds = mergeSeeds(c.Join, loadGossipPeers(h.gossipPeersPath()))
+	}
+	go h.rememberGossipPeers(5 * time.Second)
 	go func() {
-		_, err := gossip.Join(c.Join, h.runCtx.Done())
+		_, err := gossip.Join(seeds, h.runCtx.Done())
 		h.joinErr <- err
 	}()
 	if h.state != nil {
@@ -103,6 +114,59 @@ func (h *Host) aliveNames() []string {
 		}
 	}
 	return names
+}
+
+func (h *Host) gossipPeersPath() string { return filepath.Join(h.dataDir, "gossip-peers.json") }
+
+// loadGossipPeers reads the gossip addresses rememberGossipPeers wrote (none if unreadable).
+func loadGossipPeers(path string) []string {
+	var addrs []string
+	if b, err := os.ReadFile(path); err == nil {
+		_ = json.Unmarshal(b, &addrs)
+	}
+	return addrs
+}
+
+// mergeSeeds is join followed by the remembered addresses it lacks.
+func mergeSeeds(join, remembered []string) []string {
+	out := slices.Clone(join)
+	for _, a := range remembered {
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// rememberGossipPeers writes, every interval while it changes, the gossip addresses of the
+// other hosts gossip sees alive, for the next start.
+func (h *Host) rememberGossipPeers(interval time.Duration) {
+	var last []string
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.runCtx.Done():
+			return
+		case <-t.C:
+		}
+		var addrs []string
+		for _, m := range h.gossip.Members() {
+			if m.Name != h.cfg.Name && m.State == membership.Alive {
+				addrs = append(addrs, membership.HostPort(m.Addr, m.Port))
+			}
+		}
+		sort.Strings(addrs)
+		if len(addrs) == 0 || slices.Equal(addrs, last) {
+			continue
+		}
+		b, _ := json.Marshal(addrs)
+		if err := renameio.WriteFile(h.gossipPeersPath(), b, 0o600); err != nil {
+			h.log.WithError(err).Warn("remember the gossip peers")
+			continue
+		}
+		last = addrs
+	}
 }
 
 // removedHosts lists the hosts removed from the site and not readmitted.

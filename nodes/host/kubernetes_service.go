@@ -27,11 +27,16 @@ const ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
 // (ControlPlaneLabel), as an upstream API server does: pods find the API through it and its
 // environment variables. Every server runs this loop; they all compute the same slice from
 // the same Nodes.
-func runKubernetesService(ctx context.Context, client kubernetes.Interface, clusterIP net.IP, apiPort int32) {
+//
+// self is this server's Node: it counts as a server before its label is set, and until the
+// slice lists it the loop runs every second rather than every 10 s, so that the first pods
+// of a site find the API as soon as they start.
+func runKubernetesService(ctx context.Context, client kubernetes.Interface, clusterIP net.IP, apiPort int32, self string) {
 	log := logrus.WithField("service", "default/kubernetes")
 	failures := 0
 	for {
-		if err := syncKubernetesService(ctx, client, clusterIP, apiPort); err != nil && ctx.Err() == nil {
+		listed, err := syncKubernetesService(ctx, client, clusterIP, apiPort, self)
+		if err != nil && ctx.Err() == nil {
 			// One failure is a race with another host; several in a row leave pods unable to
 			// find the API, which someone must look at.
 			if failures++; failures == 3 {
@@ -42,15 +47,21 @@ func runKubernetesService(ctx context.Context, client kubernetes.Interface, clus
 		} else {
 			failures = 0
 		}
+		interval := 10 * time.Second
+		if !listed {
+			interval = time.Second
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(10 * time.Second):
+		case <-time.After(interval):
 		}
 	}
 }
 
-func syncKubernetesService(ctx context.Context, client kubernetes.Interface, clusterIP net.IP, apiPort int32) error {
+// syncKubernetesService writes the Service and its slice; it reports whether the slice lists
+// self (a Ready Node).
+func syncKubernetesService(ctx context.Context, client kubernetes.Interface, clusterIP net.IP, apiPort int32, self string) (bool, error) {
 	svcs := client.CoreV1().Services(metav1.NamespaceDefault)
 	if _, err := svcs.Get(ctx, "kubernetes", metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		_, err = svcs.Create(ctx, &corev1.Service{
@@ -59,18 +70,19 @@ func syncKubernetesService(ctx context.Context, client kubernetes.Interface, clu
 				Ports: []corev1.ServicePort{{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(apiPort)}}},
 		}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
+			return false, err
 		}
 	} else if err != nil {
-		return err
+		return false, err
 	}
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return err
+		return false, err
 	}
 	var ips []string
+	listed := false
 	for _, n := range nodes.Items {
-		if n.Labels[ControlPlaneLabel] != "true" {
+		if n.Labels[ControlPlaneLabel] != "true" && n.Name != self {
 			continue // a worker: its API port is a proxy on its loopback
 		}
 		ready := false
@@ -82,13 +94,14 @@ func syncKubernetesService(ctx context.Context, client kubernetes.Interface, clu
 		for _, a := range n.Status.Addresses {
 			if ready && a.Type == corev1.NodeInternalIP {
 				ips = append(ips, a.Address)
+				listed = listed || n.Name == self
 			}
 		}
 	}
 	if len(ips) == 0 {
-		// No server labelled yet (a site starting, or just upgraded): keep what is there
-		// rather than leave pods without an API.
-		return nil
+		// No server Ready and labelled yet (a site starting, or just upgraded): keep what is
+		// there rather than leave pods without an API.
+		return false, nil
 	}
 	sort.Strings(ips)
 	want := &discoveryv1.EndpointSlice{
@@ -106,26 +119,26 @@ func syncKubernetesService(ctx context.Context, client kubernetes.Interface, clu
 	if apierrors.IsNotFound(err) {
 		_, err = slices.Create(ctx, want, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
-			return nil
+			return false, nil
 		}
-		return err
+		return listed && err == nil, err
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	same := len(cur.Endpoints) == len(want.Endpoints)
 	for i := 0; same && i < len(cur.Endpoints); i++ {
 		same = len(cur.Endpoints[i].Addresses) == 1 && cur.Endpoints[i].Addresses[0] == want.Endpoints[i].Addresses[0]
 	}
 	if same && len(cur.Ports) == 1 && cur.Ports[0].Port != nil && *cur.Ports[0].Port == apiPort {
-		return nil
+		return listed, nil
 	}
 	cur.Endpoints, cur.Ports, cur.Labels = want.Endpoints, want.Ports, want.Labels
 	_, err = slices.Update(ctx, cur, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
-		return nil
+		return false, nil
 	}
-	return err
+	return listed && err == nil, err
 }
 
 // labelControlPlane sets ControlPlaneLabel on the Node of this host (a server) once it exists.

@@ -25,7 +25,7 @@ func TestKubernetesServiceListsReadyHosts(t *testing.T) {
 		node("host-3", "10.0.0.3", corev1.ConditionUnknown),
 		worker("host-4", "10.0.0.4"),
 	)
-	if err := syncKubernetesService(ctx, client, net.ParseIP("10.96.0.1"), 6443); err != nil {
+	if _, err := syncKubernetesService(ctx, client, net.ParseIP("10.96.0.1"), 6443, "host-0"); err != nil {
 		t.Fatal(err)
 	}
 	svc, err := client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
@@ -53,7 +53,7 @@ func TestKubernetesServiceListsReadyHosts(t *testing.T) {
 	if _, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := syncKubernetesService(ctx, client, net.ParseIP("10.96.0.1"), 6443); err != nil {
+	if _, err := syncKubernetesService(ctx, client, net.ParseIP("10.96.0.1"), 6443, "host-0"); err != nil {
 		t.Fatal(err)
 	}
 	slice, _ = client.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
@@ -74,7 +74,7 @@ func worker(name, ip string) *corev1.Node {
 func TestKubernetesServiceWaitsForALabelledServer(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewSimpleClientset(worker("host-1", "10.0.0.1"))
-	if err := syncKubernetesService(ctx, client, net.ParseIP("10.96.0.1"), 6443); err != nil {
+	if _, err := syncKubernetesService(ctx, client, net.ParseIP("10.96.0.1"), 6443, "host-0"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := client.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{}); err == nil {
@@ -83,11 +83,26 @@ func TestKubernetesServiceWaitsForALabelledServer(t *testing.T) {
 	if err := labelControlPlane(ctx, client, "host-1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := syncKubernetesService(ctx, client, net.ParseIP("10.96.0.1"), 6443); err != nil {
+	if _, err := syncKubernetesService(ctx, client, net.ParseIP("10.96.0.1"), 6443, "host-0"); err != nil {
 		t.Fatal(err)
 	}
 	slice, err := client.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
 	if err != nil || len(slice.Endpoints) != 1 || slice.Endpoints[0].Addresses[0] != "10.0.0.1" {
 		t.Fatalf("after labelling: %+v, %v", slice, err)
+	}
+}
+
+// TestKubernetesServiceListsItsOwnServerAtOnce: the server running the loop counts before
+// its label is set, and reports when the slice lists it.
+func TestKubernetesServiceListsItsOwnServerAtOnce(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewSimpleClientset(worker("host-1", "10.0.0.1"), worker("host-2", "10.0.0.2"))
+	listed, err := syncKubernetesService(ctx, client, net.ParseIP("10.96.0.1"), 6443, "host-1")
+	if err != nil || !listed {
+		t.Fatalf("sync as host-1: listed %v, %v", listed, err)
+	}
+	slice, err := client.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil || len(slice.Endpoints) != 1 || slice.Endpoints[0].Addresses[0] != "10.0.0.1" {
+		t.Fatalf("slice %+v, %v: want host-1 only", slice, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"time"
 
@@ -38,13 +39,15 @@ func (h *Host) startNodeAgent() error {
 		}
 		rt, err := runtime.Start(h.runCtx, runtime.Config{
 			Dir: filepath.Join(h.dataDir, "containerd"), Socket: c.ContainerdSocket,
-			CgroupParent: "/flotilla/" + c.Name, LoggerBinary: self,
+			CgroupParent: "/flotilla/" + c.Name, LoggerBinary: self, Registries: c.Registries,
+			ContainerLogMaxSize: c.ContainerLogMaxSize, ContainerLogMaxFiles: c.ContainerLogMaxFiles,
 			Log: logrus.WithField("component", "runtime"),
 		})
 		if err != nil {
 			return fmt.Errorf("container runtime: %w", err)
 		}
 		h.rt = rt
+		h.limitPods(&node)
 		node.AgentPort = int32(c.AgentPort)
 		// Computed once: a different feature set needs an agent restart.
 		node.DeclaredFeatures = agent.DeclaredFeatures(node.KubeletVersion)
@@ -111,7 +114,12 @@ func (h *Host) runPods(node agent.NodeConfig) error {
 		Runtime: h.rt, Network: netw, HostPorts: hostPorts,
 		DeclaredFeatures: node.DeclaredFeatures, AgentVersion: node.KubeletVersion, SeccompDefault: c.SeccompDefault,
 		Informers: h.informers, PodInformers: h.podInformers, Objects: h.objects,
+		ImageGC: &agent.ImageGCConfig{HighThresholdPercent: c.ImageGCHighThresholdPercent,
+			LowThresholdPercent: c.ImageGCLowThresholdPercent, MinimumAge: c.ImageMinimumGCAge},
 	})
+	if node.Pressure != nil {
+		node.Pressure.SetEvictor(pm)
+	}
 	go func() {
 		addr := net.JoinHostPort(c.ListenAddress, strconv.Itoa(c.AgentPort))
 		if err := pm.Serve(ctx, agent.ServerConfig{Address: addr, CertFile: h.certs.apiCert, KeyFile: h.certs.apiKey,
@@ -197,4 +205,31 @@ func (h *Host) retry(what string, f func(ctx context.Context) error) {
 		}
 		return false, nil
 	})
+}
+
+// limitPods sets what the host keeps from its pods: the Node's allocatable leaves out
+// --system-reserved, --kube-reserved and the hard eviction thresholds; the pods' cgroup is
+// capped at capacity less both reservations (so pods cannot starve etcd and the agent); and
+// the pressure monitor measures the eviction signals and evicts.
+func (h *Host) limitPods(node *agent.NodeConfig) {
+	c := h.cfg
+	memCap, diskCap := agent.MemoryCapacity(), agent.DiskCapacity(h.dataDir)
+	node.Reserved = agent.Reserved(c.systemReserved, c.kubeReserved, c.evictionHard, memCap, diskCap)
+	kept := agent.Reserved(c.systemReserved, c.kubeReserved, nil, memCap, diskCap)
+	mem := kept[corev1.ResourceMemory]
+	cpu := kept[corev1.ResourceCPU]
+	podsMem := memCap - mem.Value()
+	podsCPU := int64(goruntime.NumCPU())*1000 - cpu.MilliValue()
+	if podsMem <= 0 || podsCPU <= 0 {
+		h.log.WithFields(logrus.Fields{"systemReserved": c.SystemReserved, "kubeReserved": c.KubeReserved}).Warn("the reservations take all of this host's memory or CPU: the pods' cgroup is not capped")
+	} else if err := runtime.LimitCgroupParent("/flotilla/"+c.Name, podsMem, podsCPU); err != nil {
+		h.log.WithError(err).Warn("cap the pods' cgroup: pods may starve etcd and the agent")
+	}
+	imageFS := filepath.Join(h.dataDir, "containerd")
+	if c.ContainerdSocket != "" {
+		imageFS = h.dataDir
+	}
+	node.Pressure = agent.NewPressureMonitor(agent.PressureConfig{Hard: c.evictionHard, Transition: c.EvictionPressureTransition,
+		NodeFS: h.dataDir, ImageFS: imageFS})
+	go node.Pressure.Run(h.runCtx)
 }

@@ -310,8 +310,14 @@ func (r *Runtime) StartContainer(ctx context.Context, id string) error {
 		if err := os.MkdirAll(filepath.Dir(lp), 0o755); err != nil {
 			return fmt.Errorf("start container %s: create log directory: %w", id, err)
 		}
-		// The shim runs `<flotilla> logger --path <lp>` (argument order is a map's; the logger copes).
-		ioc = cio.BinaryIO(r.cfg.LoggerBinary, map[string]string{"logger": "", "--path": lp})
+		// The shim runs `<flotilla> logger --path <lp> ...` (argument order is a map's; the logger
+		// copes). The rotation settings are fixed for the life of the container's logger.
+		args := map[string]string{"logger": "", "--path": lp}
+		if r.cfg.ContainerLogMaxSize > 0 {
+			args["--max-size"] = strconv.FormatInt(r.cfg.ContainerLogMaxSize, 10)
+			args["--max-files"] = strconv.Itoa(max(r.cfg.ContainerLogMaxFiles, 2))
+		}
+		ioc = cio.BinaryIO(r.cfg.LoggerBinary, args)
 	}
 	// A task left by an agent that died between creating and starting it blocks NewTask.
 	if old, err := cont.Task(ctx, nil); err == nil {

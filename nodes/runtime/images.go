@@ -4,18 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/platforms"
 	"github.com/distribution/reference"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/sirupsen/logrus"
 )
 
@@ -27,6 +30,23 @@ type Image struct {
 	ID string
 	// Size is the unpacked size of the image's layers for this platform, in bytes.
 	Size int64
+	// SideLoaded (ImageStatus only): the name asked for was imported from a tarball or is under
+	// flotilla.local/; such images are never pulled.
+	SideLoaded bool
+}
+
+// SideLoadedRegistry is the registry name of images that only come from tarballs
+// (DIR/images/*.tar, flotilla image import): there is no such registry to pull from.
+const SideLoadedRegistry = "flotilla.local"
+
+// labelImported marks the image records ImportImage writes; a pull of the same name replaces
+// the record and so drops it.
+const labelImported = labelPrefix + "imported"
+
+// IsSideLoadedName says whether ref names an image of SideLoadedRegistry.
+func IsSideLoadedName(ref string) bool {
+	h, err := RegistryHost(ref)
+	return err == nil && h == SideLoadedRegistry
 }
 
 // NormalizeRef turns a user's image reference into the full form containerd stores:
@@ -64,6 +84,10 @@ func (r *Runtime) ImportImage(ctx context.Context, tarPath string) ([]string, er
 			return nil, fmt.Errorf("unpack image %s from %s: %w", im.Name, tarPath, err)
 		}
 		names = append(names, im.Name)
+		if _, err := r.client.ImageService().Update(ctx, images.Image{Name: im.Name, Labels: map[string]string{labelImported: "true"}},
+			"labels."+labelImported); err != nil {
+			return nil, fmt.Errorf("label image %s imported from %s: %w", im.Name, tarPath, err)
+		}
 	}
 	return names, nil
 }
@@ -113,6 +137,7 @@ func (r *Runtime) WatchImageDir(ctx context.Context, dir string) {
 				log.WithError(err).WithField("file", e.Name()).Error("import image tarball")
 				continue
 			}
+			r.markSideLoaded(ctx, p, names)
 			log.WithFields(logrus.Fields{"file": e.Name(), "images": names}).Info("image imported")
 		}
 		select {
@@ -140,6 +165,7 @@ func (r *Runtime) ImageStatus(ctx context.Context, ref string) (*Image, error) {
 	}
 	for _, i := range all {
 		if i.ID == id {
+			i.SideLoaded = im.Labels[labelImported] != "" || IsSideLoadedName(im.Name)
 			return &i, nil
 		}
 	}
@@ -219,32 +245,132 @@ func (r *Runtime) ListImages(ctx context.Context) ([]Image, error) {
 	return out, nil
 }
 
-// PullImage pulls ref from its registry and unpacks it. Registries on loopback are spoken to
-// over plain HTTP (a local test or edge registry); all others over HTTPS.
-func (r *Runtime) PullImage(ctx context.Context, ref string) (*Image, error) {
+// PullOptions are the credentials and the progress report of one pull.
+type PullOptions struct {
+	// Credentials for the image's own registry (from the pod's imagePullSecrets), tried in
+	// order before the registry file's (or none). Mirrors get only the registry file's.
+	Credentials []Credential
+	// Progress, when set, is called about every ProgressInterval while layers download, with
+	// the bytes fetched so far and the size of what the image needs (known so far).
+	Progress func(done, total int64)
+}
+
+// ProgressInterval is how often PullOptions.Progress is called.
+var ProgressInterval = 10 * time.Second
+
+// PullImage pulls ref from its registry, as the registry file says (mirrors, credentials, TLS;
+// plain HTTP only for an endpoint written http://), and unpacks it. A registry that refuses a
+// pull secret's credentials is tried with the next ones, then with the registry file's.
+func (r *Runtime) PullImage(ctx context.Context, ref string, opts PullOptions) (*Image, error) {
 	ctx = r.ns(ctx)
 	name, err := NormalizeRef(ref)
 	if err != nil {
 		return nil, err
 	}
-	resolver := docker.NewResolver(docker.ResolverOptions{
-		Hosts: docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(isLoopbackHost)),
-	})
-	if _, err := r.client.Pull(ctx, name, containerd.WithPullUnpack, containerd.WithResolver(resolver),
-		containerd.WithPlatformMatcher(platforms.DefaultStrict())); err != nil {
-		return nil, fmt.Errorf("pull image %s: %w", name, err)
+	cands := make([]*Credential, 0, len(opts.Credentials)+1)
+	for i := range opts.Credentials {
+		cands = append(cands, &opts.Credentials[i])
 	}
-	return r.ImageStatus(ctx, name)
+	cands = append(cands, nil) // the registry file's, or none
+	var errs []string
+	for i, cred := range cands {
+		err := r.pullOnce(ctx, name, cred, opts.Progress)
+		if err == nil {
+			return r.ImageStatus(ctx, name)
+		}
+		if ctx.Err() != nil || !isAuthError(err) || i == len(cands)-1 {
+			if len(errs) > 0 {
+				return nil, fmt.Errorf("pull image %s: %w (before: %s)", name, err, strings.Join(errs, "; "))
+			}
+			return nil, fmt.Errorf("pull image %s: %w", name, err)
+		}
+		which := fmt.Sprintf("pull secret credentials #%d", i+1)
+		errs = append(errs, which+": "+err.Error())
+	}
+	return nil, fmt.Errorf("pull image %s: no credentials to try", name)
 }
 
-func isLoopbackHost(host string) (bool, error) {
-	h, _, err := net.SplitHostPort(host)
-	if err != nil {
-		h = host
+func (r *Runtime) pullOnce(ctx context.Context, name string, cred *Credential, progress func(done, total int64)) error {
+	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: r.cfg.Registries.registryHosts(cred)})
+	pullOpts := []containerd.RemoteOpt{containerd.WithPullUnpack, containerd.WithResolver(resolver),
+		containerd.WithPlatformMatcher(platforms.DefaultStrict())}
+	if progress != nil {
+		p := &pullProgress{}
+		pullOpts = append(pullOpts, containerd.WithImageHandler(images.HandlerFunc(p.handle)))
+		pctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go p.report(pctx, r.client.ContentStore(), progress)
 	}
-	if h == "localhost" {
-		return true, nil
+	_, err := r.client.Pull(ctx, name, pullOpts...)
+	return err
+}
+
+// isAuthError tells a registry's refusal of the credentials (401, 403, a failed token request)
+// from other failures.
+func isAuthError(err error) bool {
+	if errors.Is(err, docker.ErrInvalidAuthorization) {
+		return true
 	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback(), nil
+	msg := strings.ToLower(err.Error())
+	for _, s := range []string{"401 unauthorized", "403 forbidden", "unauthorized", "denied"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// pullProgress counts what a pull fetches: the descriptors it walks (config and layers for our
+// platform) and, from the content store, how much of each is there.
+type pullProgress struct {
+	mu    sync.Mutex
+	descs map[digest.Digest]int64
+}
+
+func (p *pullProgress) handle(_ context.Context, desc ocispec.Descriptor) ([]ocispec.Descriptor, error) {
+	if images.IsLayerType(desc.MediaType) || images.IsKnownConfig(desc.MediaType) {
+		p.mu.Lock()
+		if p.descs == nil {
+			p.descs = map[digest.Digest]int64{}
+		}
+		p.descs[desc.Digest] = desc.Size
+		p.mu.Unlock()
+	}
+	return nil, nil
+}
+
+func (p *pullProgress) report(ctx context.Context, cs content.Store, progress func(done, total int64)) {
+	t := time.NewTicker(ProgressInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		descs := make(map[digest.Digest]int64, len(p.descs))
+		for d, n := range p.descs {
+			descs[d] = n
+		}
+		p.mu.Unlock()
+		active := map[digest.Digest]int64{}
+		if sts, err := cs.ListStatuses(ctx); err == nil {
+			for _, st := range sts {
+				active[st.Expected] = st.Offset
+			}
+		}
+		var done, total int64
+		for d, n := range descs {
+			total += n
+			if off, ok := active[d]; ok {
+				done += min(off, n)
+			} else if _, err := cs.Info(ctx, d); err == nil {
+				done += n
+			}
+		}
+		if total > 0 && ctx.Err() == nil {
+			progress(done, total)
+		}
+	}
 }

@@ -41,6 +41,14 @@ type Config struct {
 	// LoggerBinary is the absolute path of the flotilla binary; the shim runs its `logger`
 	// subcommand for every container with a LogPath.
 	LoggerBinary string
+	// ContainerLogMaxSize is the size in bytes at which the logger rotates a container's log
+	// file (0: never); ContainerLogMaxFiles is how many files it keeps, the current one
+	// included (at least 2). See rotatingFile.
+	ContainerLogMaxSize  int64
+	ContainerLogMaxFiles int
+	// Registries are the host's registries.yaml (mirrors, credentials, TLS); nil: every
+	// registry over HTTPS with no credentials but a pod's pull secrets.
+	Registries *RegistryConfig
 	// Log receives the runtime's own log lines.
 	Log *logrus.Entry
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -21,7 +20,6 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/registry"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/sirupsen/logrus"
 
@@ -33,7 +31,9 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv("CONTAINER_ID") != "" && hasArg(os.Args[1:], "logger") {
 		p := argAfter(os.Args[1:], "--path")
-		if err := RunLogger(p); err != nil {
+		maxSize, _ := strconv.ParseInt(argAfter(os.Args[1:], "--max-size"), 10, 64)
+		maxFiles, _ := strconv.Atoi(argAfter(os.Args[1:], "--max-files"))
+		if err := RunLogger(p, maxSize, maxFiles); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -536,8 +536,14 @@ func TestRealContainerd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pushImage(t, reg.URL, "pulled/testapp", "v2", img)
-		im, err := e.rt.PullImage(ctx, host+"/pulled/testapp:v2")
+		framework.PushImage(t, nil, reg.URL, "pulled/testapp", "v2", img, "")
+		// Plain HTTP only when the registry file says so, loopback or not.
+		if _, err := e.rt.PullImage(ctx, host+"/pulled/testapp:v2", PullOptions{}); err == nil || !strings.Contains(err.Error(), "HTTP response to HTTPS client") {
+			t.Fatalf("pulling from a plain-http registry not configured as one: %v, want an HTTPS error", err)
+		}
+		e.rt.cfg.Registries = &RegistryConfig{Mirrors: map[string]RegistryMirror{host: {Endpoints: []string{reg.URL}}}}
+		defer func() { e.rt.cfg.Registries = nil }()
+		im, err := e.rt.PullImage(ctx, host+"/pulled/testapp:v2", PullOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -548,7 +554,7 @@ func TestRealContainerd(t *testing.T) {
 		if im.ID != local.ID || !reflect.DeepEqual(im.Names, []string{host + "/pulled/testapp:v2", "flotilla.local/testapp:latest"}) {
 			t.Fatalf("pulled %+v, local %+v", im, local)
 		}
-		if _, err := e.rt.PullImage(ctx, host+"/pulled/absent:v1"); err == nil || !strings.Contains(err.Error(), "not found") {
+		if _, err := e.rt.PullImage(ctx, host+"/pulled/absent:v1", PullOptions{}); err == nil || !strings.Contains(err.Error(), "not found") {
 			t.Fatalf("pulling a missing image: %v, want a not found error", err)
 		}
 	})
@@ -591,68 +597,6 @@ func TestRealContainerd(t *testing.T) {
 			t.Fatalf("removing twice: %v", err)
 		}
 	})
-}
-
-// pushImage uploads img to a registry with plain HTTP calls of the distribution API (monolithic
-// blob uploads, then the manifest).
-func pushImage(t *testing.T, base, repo, tag string, img v1.Image) {
-	t.Helper()
-	put := func(method, url, ctype string, body []byte) {
-		req, err := http.NewRequest(method, url, bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", ctype)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			t.Fatalf("%s %s: %s", method, url, resp.Status)
-		}
-	}
-	blob := func(d v1.Hash, b []byte) {
-		put(http.MethodPost, fmt.Sprintf("%s/v2/%s/blobs/uploads/?digest=%s", base, repo, d), "application/octet-stream", b)
-	}
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range layers {
-		d, err := l.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		rc, err := l.Compressed()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		blob(d, b)
-	}
-	cfgName, err := img.ConfigName()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := img.RawConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	blob(cfgName, cfg)
-	m, err := img.RawManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mt, err := img.MediaType()
-	if err != nil {
-		t.Fatal(err)
-	}
-	put(http.MethodPut, fmt.Sprintf("%s/v2/%s/manifests/%s", base, repo, tag), string(mt), m)
 }
 
 // Two simulated hosts on one kernel: each its own containerd, runc root and cgroup parent, and

@@ -254,7 +254,8 @@ func TestIngressAgainstAPIServer(t *testing.T) {
 		t.Errorf("row S7: path without pathType: got %v, want Invalid", err)
 	}
 
-	httpPort, httpsPort := framework.FreePort(t), framework.FreePort(t)
+	ports := framework.FreePorts(t, 2)
+	httpPort, httpsPort := ports[0], ports[1]
 	runCtx, stop := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	log := logrus.New()

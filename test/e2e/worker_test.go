@@ -226,11 +226,11 @@ func TestWorkerHost(t *testing.T) {
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
 		})
 
-		// Restarted with its data directory (joining gossip through a server still up), it is
-		// refused and does not come back.
+		// Restarted with its data directory, it is refused and does not come back. Its --join
+		// host was killed above: it finds the site through the peers it remembered.
 		worker.Kill()
 		logged := len(worker.Logs())
-		if err := worker.StartJoining([]*devsite.Host{server}, "--git-min-interval=1s", "--etcd=false"); err != nil {
+		if err := worker.Restart(); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 60*time.Second, "the restarted worker refused (401)", func() (bool, string) {

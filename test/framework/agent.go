@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -46,8 +47,9 @@ func FlotillaBin(t testing.TB) string {
 		return p
 	}
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "flotilla-bin-")
-		if err != nil {
+		removeStaleBinaries()
+		dir := filepath.Join(os.TempDir(), binDirPrefix+strconv.Itoa(os.Getpid()))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			buildErr = err
 			return
 		}
@@ -63,6 +65,29 @@ func FlotillaBin(t testing.TB) string {
 		t.Fatalf("build flotilla: %v", buildErr)
 	}
 	return builtBin
+}
+
+// binDirPrefix names the directories FlotillaBin builds into, one per test process:
+// <TMPDIR>/flotilla-bin-<pid>.
+const binDirPrefix = "flotilla-bin-"
+
+// removeStaleBinaries removes the binaries built by test processes that have ended (each
+// is 150+ MiB, and nothing else removes them).
+func removeStaleBinaries() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), binDirPrefix+"*"))
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), binDirPrefix))
+		if err != nil {
+			// An older layout (MkdirTemp's random suffix): remove it once it is an hour old.
+			if fi, err := os.Stat(d); err == nil && time.Since(fi.ModTime()) > time.Hour {
+				_ = os.RemoveAll(d)
+			}
+			continue
+		}
+		if pid != os.Getpid() && syscall.Kill(pid, 0) == syscall.ESRCH {
+			_ = os.RemoveAll(d)
+		}
+	}
 }
 
 // KubectlBin returns the real kubectl: $KUBECTL (set by make) or bin/kubectl.
@@ -81,12 +106,24 @@ func KubectlBin(t testing.TB) string {
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	return FreePorts(t, 1)[0]
+}
+
+// FreePorts returns n distinct loopback TCP ports that were free a moment ago: all are held
+// until the last is chosen, so the kernel cannot hand out one twice (as successive FreePort
+// calls can, the port being closed in between).
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("free port: %v", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // Agent is a flotilla agent process started by a test.
@@ -122,10 +159,11 @@ func StartAgent(t testing.TB, o AgentOptions) *Agent {
 		o.DataDir = t.TempDir()
 	}
 	a := &Agent{Name: o.Name, DataDir: o.DataDir, Kubeconfig: filepath.Join(o.DataDir, "kubeconfig"), t: t}
-	a.APIPort = FreePort(t)
+	ports := FreePorts(t, 4)
+	a.APIPort = ports[0]
 	a.Args = append([]string{"agent", "--data-dir", o.DataDir, "--name", o.Name, "--listen-address", "127.0.0.1",
-		"--api-port", strconv.Itoa(a.APIPort), "--etcd-client-port", strconv.Itoa(FreePort(t)),
-		"--etcd-peer-port", strconv.Itoa(FreePort(t)), "--gossip-port", strconv.Itoa(FreePort(t)),
+		"--api-port", strconv.Itoa(a.APIPort), "--etcd-client-port", strconv.Itoa(ports[1]),
+		"--etcd-peer-port", strconv.Itoa(ports[2]), "--gossip-port", strconv.Itoa(ports[3]),
 		// Agents on loopback serve the API only: pods and the proxy need a host network
 		// namespace of their own (see internal/devsite).
 		"--pods=false", "--proxy=false"}, o.Extra...)

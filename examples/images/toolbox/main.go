@@ -6,6 +6,8 @@
 //	exit CODE [TEXT]        print TEXT (if any) and exit with CODE
 //	alloc MIB               allocate and touch MIB MiB of memory, then sleep
 //	fill FILE MIB           write MIB MiB to FILE, then sleep (exit 1 if a write fails)
+//	lines COUNT [RATE]      print COUNT numbered 100-byte lines ("line N ....") at RATE a
+//	                        second (default: at once), then sleep
 //	signals FILE            sleep until SIGTERM, append "SIGTERM <unix nanos>" to FILE, exit 0
 //	append FILE TEXT...     append a line to FILE (hooks, init containers)
 //	touch FILE | rm FILE    create or remove a file
@@ -113,6 +115,8 @@ func run(cmd string, args []string) int {
 		return code
 	case "fill":
 		return fill(arg(0), arg(1))
+	case "lines":
+		return lines(arg(0), arg(1))
 	case "signals":
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, syscall.SIGTERM)

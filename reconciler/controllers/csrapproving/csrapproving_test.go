@@ -11,18 +11,21 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/csrsigning"
 )
 
 type request struct {
@@ -157,7 +160,14 @@ func TestApprovesSelfNodeClient(t *testing.T) {
 		t.Errorf("review %+v", ra)
 	}
 
-	// An approved request is not approved again.
+	// An approved request is not approved again, once the controller's cache shows it
+	// approved (as the informer's update event would requeue it).
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		got, err := c.lister.Get("self")
+		return err == nil && csrsigning.HasTrueCondition(got, certificatesv1.CertificateApproved), nil
+	}); err != nil {
+		t.Fatalf("the approval never reached the controller's cache: %v", err)
+	}
 	if err := c.sync(context.Background(), "self"); err != nil || len(*reviews) != 2 {
 		t.Errorf("second sync: %v, %d reviews", err, len(*reviews))
 	}

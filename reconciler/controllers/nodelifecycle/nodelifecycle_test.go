@@ -3,7 +3,6 @@ package nodelifecycle_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -199,12 +198,10 @@ func unreachableToleration(seconds *int64) corev1.Toleration {
 		Effect: corev1.TaintEffectNoExecute, TolerationSeconds: seconds}
 }
 
-// start is controllertest.Start with the agent on a free gossip port: the framework leaves it at
-// the default 7946, which agents of tests running in parallel also take.
+// start is controllertest.Start with an agent running no controllers of its own.
 func start(t *testing.T, cfg nodelifecycle.Config) kubernetes.Interface {
 	t.Helper()
-	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers=",
-		"--gossip-port", strconv.Itoa(framework.FreePort(t))}})
+	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers="}})
 	cctx, err := controllers.NewContext(a.RESTConfig())
 	if err != nil {
 		t.Fatalf("controller context: %v", err)
