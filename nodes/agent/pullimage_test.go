@@ -124,7 +124,8 @@ func TestEnsureImageSideLoaded(t *testing.T) {
 	if len(evs) != 2 || !strings.HasPrefix(evs[0], "Normal Pulled") || !strings.Contains(evs[0], "side-loaded") {
 		t.Errorf("events = %q, want a Normal event per side-loaded image", evs)
 	}
-	// A flotilla.local image that is not there is not pulled either.
+	// A flotilla.local image that is not there is asked of the site's other hosts only; when
+	// none has it, the error says it is side-loaded only.
 	c := corev1.Container{Name: "c", Image: "flotilla.local/absent:v1"}
 	if err := w.ensureImage(context.Background(), pullPod(c), &c); err == nil {
 		t.Fatal("an absent side-loaded image")
@@ -132,8 +133,29 @@ func TestEnsureImageSideLoaded(t *testing.T) {
 	if got := w.waiting["c"]; got[0] != "ErrImagePull" || !strings.Contains(got[1], "side-loaded only") {
 		t.Errorf("waiting = %q", got)
 	}
-	if len(r.pulls) != 0 {
-		t.Errorf("pulled %v", r.pulls)
+	if len(r.opts) != 1 || !r.opts[0].PeersOnly || len(r.opts[0].Credentials) != 0 {
+		t.Errorf("pulls %v with %+v, want one from peers only", r.pulls, r.opts)
+	}
+	// Another host has it: it runs.
+	r.pullErr = nil
+	w.backoffs = map[string]*backoff{}
+	if err := w.ensureImage(context.Background(), pullPod(c), &c); err != nil {
+		t.Errorf("a side-loaded image another host has: %v", err)
+	}
+}
+
+// Tags are resolved by peers unless the policy is Always: then the registry says.
+func TestEnsureImagePeerTags(t *testing.T) {
+	for policy, want := range map[corev1.PullPolicy]bool{corev1.PullAlways: false, corev1.PullIfNotPresent: true} {
+		r := &pullRuntime{tokenRuntime: &tokenRuntime{}, images: map[string]*rt.Image{}}
+		w, _ := newPullWorker(r)
+		c := corev1.Container{Name: "c", Image: "registry.example.com/app:v1", ImagePullPolicy: policy}
+		if err := w.ensureImage(context.Background(), pullPod(c), &c); err != nil {
+			t.Fatal(err)
+		}
+		if len(r.opts) != 1 || r.opts[0].PeerTags != want || r.opts[0].PeersOnly {
+			t.Errorf("%s: pull options %+v, want PeerTags %v", policy, r.opts, want)
+		}
 	}
 }
 

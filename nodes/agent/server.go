@@ -23,6 +23,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/nodes/agent/stats"
 	rt "github.com/flotilla-dev/flotilla/nodes/runtime"
+	"github.com/flotilla-dev/flotilla/reconciler/authz/rbac"
 )
 
 // ServerConfig configures the agent's HTTPS endpoint, which the API server calls for pods/log,
@@ -36,6 +37,11 @@ type ServerConfig struct {
 	ClientNames  []string
 	// Token, when set, also admits callers presenting it as a bearer token.
 	Token string
+	// Content, when set, serves this host's image content under /v2/ to the site's other
+	// hosts: callers presenting a node certificate (system:node:NAME in system:nodes) signed
+	// by ClientCAFile for which Peer(NAME) is true.
+	Content http.Handler
+	Peer    func(name string) bool
 }
 
 // Serve answers node-agent requests until ctx ends.
@@ -62,8 +68,20 @@ func (m *PodManager) Serve(ctx context.Context, cfg ServerConfig) error {
 		tlsCfg.ClientCAs.AppendCertsFromPEM(pem)
 		tlsCfg.ClientAuth = tls.VerifyClientCertIfGiven
 	}
+	handler := requireCaller(cfg, mux)
+	if cfg.Content != nil {
+		peers := requirePeer(cfg, cfg.Content)
+		api := handler
+		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v2" || strings.HasPrefix(r.URL.Path, "/v2/") {
+				peers.ServeHTTP(w, r)
+				return
+			}
+			api.ServeHTTP(w, r)
+		})
+	}
 	srv := &http.Server{
-		Handler:           requireCaller(cfg, mux),
+		Handler:           handler,
 		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: 10 * time.Second,
 	}
@@ -96,6 +114,24 @@ func requireCaller(cfg ServerConfig, next http.Handler) http.Handler {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if cfg.Token == "" || !ok || subtle.ConstantTimeCompare([]byte(got), []byte(cfg.Token)) != 1 {
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// requirePeer admits a request with a verified node client certificate of another host of the
+// site (cfg.Peer); others get 401, or 403 for a node that is not (or no longer) one.
+func requirePeer(cfg ServerConfig, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+			http.Error(w, "Unauthorized: present this site's node client certificate", http.StatusUnauthorized)
+			return
+		}
+		cert := r.TLS.VerifiedChains[0][0]
+		name, ok := strings.CutPrefix(cert.Subject.CommonName, rbac.NodeUserPrefix)
+		if !ok || name == "" || !slices.Contains(cert.Subject.Organization, rbac.NodesGroup) || cfg.Peer == nil || !cfg.Peer(name) {
+			http.Error(w, fmt.Sprintf("Forbidden: %q is not a host of this site", cert.Subject.CommonName), http.StatusForbidden)
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -475,7 +475,10 @@ func first(s []string) string {
 // ensureImage makes the container's image available per imagePullPolicy. A failed pull is
 // ErrImagePull, then ImagePullBackOff until the next try: an image present on the host is
 // never run in its place under Always. Side-loaded images (imported from DIR/images/*.tar,
-// or named flotilla.local/...) are never pulled: Always acts as IfNotPresent for them.
+// or named flotilla.local/...) are never pulled from a registry: Always acts as IfNotPresent
+// for them, and a flotilla.local/ image missing here comes from another host of the site.
+// Other pulls ask the site's other hosts for content first (by digest; by tag too unless the
+// policy is Always, when the registry says what the tag names now).
 func (w *podWorker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.Container) error {
 	key := "pull/" + c.Name
 	policy := c.ImagePullPolicy
@@ -516,7 +519,11 @@ func (w *podWorker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.
 	}
 	var pullErr error
 	if rt.IsSideLoadedName(c.Image) {
-		pullErr = fmt.Errorf("%s/ images are side-loaded only (DIR/images/*.tar, flotilla image import), never pulled, and this host has none named so", rt.SideLoadedRegistry)
+		// No registry has it: only another host of the site that side-loaded it.
+		w.event(pod, corev1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q from the site's other hosts", c.Image))
+		if _, err := w.m.cfg.Runtime.PullImage(ctx, c.Image, rt.PullOptions{PeersOnly: true}); err != nil {
+			pullErr = fmt.Errorf("%s/ images are side-loaded only (DIR/images/*.tar, flotilla image import), never pulled from a registry; neither this host nor another host of the site has one named so: %w", rt.SideLoadedRegistry, err)
+		}
 	} else {
 		creds, problems, err := pullCredentials(pod, c.Image, w.m.secret)
 		if err != nil {
@@ -526,7 +533,7 @@ func (w *podWorker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.
 			w.event(pod, corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret", pullSecretsProblem(problems))
 		}
 		w.event(pod, corev1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", c.Image))
-		_, pullErr = w.m.cfg.Runtime.PullImage(ctx, c.Image, rt.PullOptions{Credentials: creds,
+		_, pullErr = w.m.cfg.Runtime.PullImage(ctx, c.Image, rt.PullOptions{Credentials: creds, PeerTags: policy != corev1.PullAlways,
 			Progress: func(done, total int64) {
 				w.event(pod, corev1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q: %s of %s (%d%%)",
 					c.Image, humanBytes(done), humanBytes(total), done*100/max(total, 1)))

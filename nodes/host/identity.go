@@ -21,14 +21,19 @@ type identities struct {
 	// Leases; controller returns the configuration of one controller.
 	controllerManager *rest.Config
 	controllers       map[string]*rest.Config
-	// node is the node agent's, the pod network's and the proxies' identity.
-	node *rest.Config
+	// node is the node agent's, the pod network's and the proxies' identity; nodeCert and
+	// nodeKey are its files (a worker's are renewed in place).
+	node              *rest.Config
+	nodeCert, nodeKey string
 	// gitWebhook is the git push webhook's (rbac.GitWebhookUser).
 	gitWebhook *rest.Config
 	// join is the join endpoint's (rbac.JoinUser): it files and approves the
 	// CertificateSigningRequests of joining workers.
 	join *rest.Config
 }
+
+// nodeCertFiles are the node identity's certificate and key files.
+func (ids *identities) nodeCertFiles() (certFile, keyFile string) { return ids.nodeCert, ids.nodeKey }
 
 // controller returns the configuration of the named controller.
 func (ids *identities) controller(name string) *rest.Config {
@@ -62,6 +67,7 @@ func (h *Host) issueIdentities() error {
 	if ids.node, err = config("node", rbac.NodeUser(h.cfg.Name), rbac.NodesGroup); err != nil {
 		return err
 	}
+	ids.nodeCert, ids.nodeKey = ids.node.CertFile, ids.node.KeyFile
 	if ids.gitWebhook, err = config("git-webhook", rbac.GitWebhookUser); err != nil {
 		return err
 	}

@@ -85,17 +85,9 @@ func syncKubernetesService(ctx context.Context, client kubernetes.Interface, clu
 		if n.Labels[ControlPlaneLabel] != "true" && n.Name != self {
 			continue // a worker: its API port is a proxy on its loopback
 		}
-		ready := false
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				ready = true
-			}
-		}
-		for _, a := range n.Status.Addresses {
-			if ready && a.Type == corev1.NodeInternalIP {
-				ips = append(ips, a.Address)
-				listed = listed || n.Name == self
-			}
+		if ip := nodeInternalIP(&n); ip != "" && nodeReady(&n) {
+			ips = append(ips, ip)
+			listed = listed || n.Name == self
 		}
 	}
 	if len(ips) == 0 {

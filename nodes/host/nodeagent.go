@@ -92,6 +92,9 @@ func (h *Host) runPods(node agent.NodeConfig) error {
 	if err != nil {
 		return err
 	}
+	if err := h.startPeers(); err != nil {
+		h.log.WithError(err).Warn("images are pulled from registries only, not from the site's other hosts")
+	}
 	netw, err := network.New(network.Config{
 		PodCIDR: cidr, ClusterCIDR: c.ClusterCIDR, StateDir: filepath.Join(h.dataDir, "network"),
 		Log: logrus.WithField("component", "network"),
@@ -123,7 +126,8 @@ func (h *Host) runPods(node agent.NodeConfig) error {
 	go func() {
 		addr := net.JoinHostPort(c.ListenAddress, strconv.Itoa(c.AgentPort))
 		if err := pm.Serve(ctx, agent.ServerConfig{Address: addr, CertFile: h.certs.apiCert, KeyFile: h.certs.apiKey,
-			ClientCAFile: h.ca.CertFile(), ClientNames: []string{nodeClientName}}); err != nil {
+			ClientCAFile: h.ca.CertFile(), ClientNames: []string{nodeClientName},
+			Content: h.rt.PeerHandler(), Peer: h.isPeer}); err != nil {
 			h.log.WithError(err).Error("node agent endpoint stopped: pod logs, exec and port-forward to this host fail")
 		}
 	}()

@@ -139,7 +139,7 @@ func (h *Host) workerIdentities() error {
 	if err != nil {
 		return err
 	}
-	h.ids = &identities{node: node}
+	h.ids = &identities{node: node, nodeCert: cert, nodeKey: key}
 	return h.startWorkerRotation(node, clientStore, certrotation.NewFileStore(h.certs.apiCert, h.certs.apiKey))
 }
 

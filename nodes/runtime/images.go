@@ -15,6 +15,8 @@ import (
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/containerd/errdefs"
+	clog "github.com/containerd/log"
 	"github.com/containerd/platforms"
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
@@ -253,6 +255,12 @@ type PullOptions struct {
 	// Progress, when set, is called about every ProgressInterval while layers download, with
 	// the bytes fetched so far and the size of what the image needs (known so far).
 	Progress func(done, total int64)
+	// PeerTags lets the site's other hosts (Runtime.SetPeers) resolve the image's tag; without
+	// it the registry does (imagePullPolicy Always: the registry says what a tag is now).
+	// Content by digest is asked of the peers first either way.
+	PeerTags bool
+	// PeersOnly pulls from the peers alone: side-loaded images, which have no registry.
+	PeersOnly bool
 }
 
 // ProgressInterval is how often PullOptions.Progress is called.
@@ -272,9 +280,12 @@ func (r *Runtime) PullImage(ctx context.Context, ref string, opts PullOptions) (
 		cands = append(cands, &opts.Credentials[i])
 	}
 	cands = append(cands, nil) // the registry file's, or none
+	if opts.PeersOnly {
+		cands = cands[len(cands)-1:]
+	}
 	var errs []string
 	for i, cred := range cands {
-		err := r.pullOnce(ctx, name, cred, opts.Progress)
+		err := r.pullOnce(ctx, name, cred, opts)
 		if err == nil {
 			return r.ImageStatus(ctx, name)
 		}
@@ -290,11 +301,26 @@ func (r *Runtime) PullImage(ctx context.Context, ref string, opts PullOptions) (
 	return nil, fmt.Errorf("pull image %s: no credentials to try", name)
 }
 
-func (r *Runtime) pullOnce(ctx context.Context, name string, cred *Credential, progress func(done, total int64)) error {
-	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: r.cfg.Registries.registryHosts(cred)})
+func (r *Runtime) pullOnce(ctx context.Context, name string, cred *Credential, opts PullOptions) error {
+	hosts := r.cfg.Registries.registryHosts(cred)
+	peers := r.peerSet()
+	switch {
+	case opts.PeersOnly && peers == nil:
+		return errNoPeerHasImage
+	case opts.PeersOnly:
+		hosts = peers.peersOnlyHosts()
+	case peers != nil:
+		hosts = withPeers(hosts, peers.registryHost(opts.PeerTags))
+	}
+	if peers != nil {
+		// Every miss at a peer is an info line of containerd's ("trying next host"): keep
+		// only its warnings.
+		ctx = clog.WithLogger(ctx, r.quietLog())
+	}
+	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: hosts})
 	pullOpts := []containerd.RemoteOpt{containerd.WithPullUnpack, containerd.WithResolver(resolver),
 		containerd.WithPlatformMatcher(platforms.DefaultStrict())}
-	if progress != nil {
+	if progress := opts.Progress; progress != nil {
 		p := &pullProgress{}
 		pullOpts = append(pullOpts, containerd.WithImageHandler(images.HandlerFunc(p.handle)))
 		pctx, cancel := context.WithCancel(ctx)
@@ -302,7 +328,30 @@ func (r *Runtime) pullOnce(ctx context.Context, name string, cred *Credential, p
 		go p.report(pctx, r.client.ContentStore(), progress)
 	}
 	_, err := r.client.Pull(ctx, name, pullOpts...)
+	if err != nil && opts.PeersOnly && errdefs.IsNotFound(err) {
+		return fmt.Errorf("%w (%v)", errNoPeerHasImage, err)
+	}
 	return err
+}
+
+// quietLog is the runtime's log at warning level and above only.
+func (r *Runtime) quietLog() *logrus.Entry {
+	l := logrus.New()
+	l.SetOutput(r.log.Logger.Out)
+	l.SetFormatter(r.log.Logger.Formatter)
+	l.SetLevel(min(logrus.WarnLevel, r.log.Logger.GetLevel()))
+	return logrus.NewEntry(l).WithFields(r.log.Data)
+}
+
+// withPeers puts the peers' endpoint before a registry's own.
+func withPeers(hosts docker.RegistryHosts, peer docker.RegistryHost) docker.RegistryHosts {
+	return func(registry string) ([]docker.RegistryHost, error) {
+		hs, err := hosts(registry)
+		if err != nil {
+			return nil, err
+		}
+		return append([]docker.RegistryHost{peer}, hs...), nil
+	}
 }
 
 // isAuthError tells a registry's refusal of the credentials (401, 403, a failed token request)

@@ -71,6 +71,9 @@ type Runtime struct {
 	closing bool
 
 	reapMu sync.Map // container ID -> *sync.Mutex: one reaper at a time per container
+
+	// peers, when set, are asked for image content before registries (peers.go).
+	peers *Peers
 }
 
 const (

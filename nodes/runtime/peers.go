@@ -1,0 +1,418 @@
+package runtime
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/sirupsen/logrus"
+)
+
+// Peer image sharing: every host serves the image content it holds (manifests and blobs, by
+// digest; image names by tag) to the other hosts of its site, read-only, in the registry API's
+// shape (GET/HEAD /v2/<name>/{manifests,blobs}/<reference>?ns=<registry>), on the node agent's
+// endpoint behind mutual TLS. A host that pulls asks its peers first: all of them at once, the
+// first that has the content serves it, and containerd checks every byte against the digest
+// it asked for before the content is committed. Only when no peer has it does the pull go to
+// the registry (or its mirrors). A peer that is itself fetching the blob asked for answers once
+// it has it, so hosts that start the same image one after another fetch each layer from the
+// registry once per site.
+
+// PeerHostName is the name of the peers' pseudo-endpoint in pulls (never resolved: the
+// peer transport sends its requests to the peers themselves).
+const PeerHostName = "flotilla-peers.invalid"
+
+// Peers is how this host reaches the other hosts of its site for image content.
+type Peers struct {
+	// List returns the base URLs (https://address:port) of the other hosts' content
+	// endpoints, at the time of the call.
+	List func() []string
+	// TLS is the client configuration: the host's own certificate and the site's CA.
+	TLS *tls.Config
+	// Log receives which peer served what.
+	Log *logrus.Entry
+
+	once   sync.Once
+	client *http.Client
+	// served counts the bytes peers sent this host (for tests and figures).
+	served atomic.Int64
+}
+
+// peerLookupTimeout bounds the wait for the peers' answers to a lookup. A peer without the
+// content answers at once; one fetching it answers when it has it (see peerIngestWait).
+const peerLookupTimeout = 5 * time.Minute
+
+// peerIngestStall is how long a peer waits for a fetch of a blob in progress on it that makes
+// no progress before answering that it does not have the blob.
+var peerIngestStall = 10 * time.Second
+
+func (p *Peers) httpClient() *http.Client {
+	p.once.Do(func() {
+		tr := &http.Transport{
+			Proxy:                 nil,
+			DialContext:           (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			TLSClientConfig:       p.TLS,
+			TLSHandshakeTimeout:   5 * time.Second,
+			MaxIdleConnsPerHost:   4,
+			IdleConnTimeout:       90 * time.Second,
+			ResponseHeaderTimeout: peerLookupTimeout,
+		}
+		p.client = &http.Client{Transport: tr}
+	})
+	return p.client
+}
+
+// BytesServed returns how many bytes of content this host received from its peers.
+func (p *Peers) BytesServed() int64 { return p.served.Load() }
+
+// SetPeers makes pulls ask the site's other hosts first (nil: never).
+func (r *Runtime) SetPeers(p *Peers) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.peers = p
+}
+
+func (r *Runtime) peerSet() *Peers {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.peers
+}
+
+// peerRegistryHost is the endpoint a pull puts first: its transport asks the peers. With
+// resolve, image tags are also resolved by the peers (else only content by digest is asked
+// of them, the registry resolving tags).
+func (p *Peers) registryHost(resolve bool) docker.RegistryHost {
+	caps := docker.HostCapabilityPull
+	if resolve {
+		caps |= docker.HostCapabilityResolve
+	}
+	return docker.RegistryHost{
+		Client: &http.Client{Transport: &peerTransport{peers: p, resolveTags: resolve}},
+		Host:   PeerHostName, Scheme: "https", Path: "/v2", Capabilities: caps,
+	}
+}
+
+// peerTransport answers containerd's registry requests for the peers pseudo-endpoint: from
+// the first peer that has the content, or 404 so that containerd goes on to the registry.
+type peerTransport struct {
+	peers       *Peers
+	resolveTags bool
+}
+
+func (t *peerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+	kind, ref, ok := parseContentPath(req.URL.Path)
+	if !ok || (req.Method != http.MethodGet && req.Method != http.MethodHead) {
+		return notFoundResponse(req), nil
+	}
+	if _, err := digest.Parse(ref); err != nil && (kind != "manifests" || !t.resolveTags) {
+		return notFoundResponse(req), nil
+	}
+	peer := t.peers.find(req.Context(), req.URL.Path, req.URL.RawQuery, req.Header.Get("Accept"))
+	if peer == "" {
+		return notFoundResponse(req), nil
+	}
+	out, err := http.NewRequestWithContext(req.Context(), req.Method, peer+req.URL.Path+"?"+req.URL.RawQuery, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range []string{"Accept", "Range", "User-Agent"} {
+		if v := req.Header.Get(h); v != "" {
+			out.Header.Set(h, v)
+		}
+	}
+	resp, err := t.peers.httpClient().Do(out)
+	if err != nil {
+		t.peers.logf(logrus.Fields{"peer": peer, "path": req.URL.Path}, err, "image content from a peer")
+		return notFoundResponse(req), nil
+	}
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusPartialContent {
+		_ = resp.Body.Close()
+		return notFoundResponse(req), nil
+	}
+	t.peers.logf(logrus.Fields{"peer": peer, "path": req.URL.Path, "method": req.Method}, nil, "image content from a peer")
+	if req.Method == http.MethodGet {
+		resp.Body = &countingBody{ReadCloser: resp.Body, n: &t.peers.served}
+	}
+	return resp, nil
+}
+
+func (p *Peers) logf(f logrus.Fields, err error, msg string) {
+	if p.Log == nil {
+		return
+	}
+	if err != nil {
+		p.Log.WithFields(f).WithError(err).Debug(msg)
+		return
+	}
+	p.Log.WithFields(f).Debug(msg)
+}
+
+// find asks every peer at once (HEAD) for path and returns the base URL of the first that
+// has it, or "".
+func (p *Peers) find(ctx context.Context, path, query, accept string) string {
+	if p.List == nil {
+		return ""
+	}
+	bases := p.List()
+	if len(bases) == 0 {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, peerLookupTimeout)
+	defer cancel()
+	found := make(chan string, len(bases))
+	for _, base := range bases {
+		go func() {
+			req, err := http.NewRequestWithContext(ctx, http.MethodHead, base+path+"?"+query, nil)
+			if err != nil {
+				found <- ""
+				return
+			}
+			if accept != "" {
+				req.Header.Set("Accept", accept)
+			}
+			resp, err := p.httpClient().Do(req)
+			if err != nil {
+				if ctx.Err() == nil {
+					p.logf(logrus.Fields{"peer": base, "path": path}, err, "peer lookup")
+				}
+				found <- ""
+				return
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				found <- base
+				return
+			}
+			found <- ""
+		}()
+	}
+	for range bases {
+		if b := <-found; b != "" {
+			return b
+		}
+	}
+	return ""
+}
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (c *countingBody) Read(b []byte) (int, error) {
+	n, err := c.ReadCloser.Read(b)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func notFoundResponse(req *http.Request) *http.Response {
+	body := `{"errors":[{"code":"NOT_FOUND","message":"no peer has it"}]}`
+	return &http.Response{
+		Status: "404 Not Found", StatusCode: http.StatusNotFound,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        http.Header{"Content-Type": []string{"application/json"}},
+		Body:          io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)), Request: req,
+	}
+}
+
+// parseContentPath splits /v2/<name>/{manifests,blobs}/<reference>.
+func parseContentPath(p string) (kind, ref string, ok bool) {
+	rest, ok := strings.CutPrefix(p, "/v2/")
+	if !ok {
+		return "", "", false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) < 3 {
+		return "", "", false
+	}
+	kind, ref = parts[len(parts)-2], parts[len(parts)-1]
+	if (kind != "manifests" && kind != "blobs") || ref == "" {
+		return "", "", false
+	}
+	return kind, ref, true
+}
+
+// contentSource is what the peer endpoint reads: the content store and the image names.
+type contentSource struct {
+	store  content.Store
+	images func(ctx context.Context, name string) (ocispec.Descriptor, error)
+	ctx    func(context.Context) context.Context
+	log    *logrus.Entry
+}
+
+// PeerHandler serves this host's image content to the site's other hosts (the caller
+// authenticates them): GET and HEAD of /v2/, of manifests by digest or tag and of blobs by
+// digest. Only what is on this host is served; a blob being fetched is served once fetched.
+func (r *Runtime) PeerHandler() http.Handler {
+	return &contentSource{
+		store: r.client.ContentStore(),
+		images: func(ctx context.Context, name string) (ocispec.Descriptor, error) {
+			im, err := r.client.ImageService().Get(ctx, name)
+			return im.Target, err
+		},
+		ctx: r.ns, log: r.log,
+	}
+}
+
+func (s *contentSource) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		registryError(w, http.StatusMethodNotAllowed, "UNSUPPORTED", "this endpoint is read-only")
+		return
+	}
+	w.Header().Set("Docker-Distribution-Api-Version", "registry/2.0")
+	if req.URL.Path == "/v2/" || req.URL.Path == "/v2" {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte("{}"))
+		return
+	}
+	kind, ref, ok := parseContentPath(req.URL.Path)
+	if !ok {
+		registryError(w, http.StatusNotFound, "NAME_UNKNOWN", "not /v2/<name>/manifests/<reference> or /v2/<name>/blobs/<digest>")
+		return
+	}
+	ctx := s.ctx(req.Context())
+	dgst, err := digest.Parse(ref)
+	mediaType := ""
+	if err != nil {
+		if kind != "manifests" {
+			registryError(w, http.StatusBadRequest, "DIGEST_INVALID", fmt.Sprintf("blob reference %q is not a digest", ref))
+			return
+		}
+		name := imageNameOf(req)
+		desc, err := s.images(ctx, name+":"+ref)
+		if err != nil {
+			registryError(w, http.StatusNotFound, "MANIFEST_UNKNOWN", fmt.Sprintf("no image %s:%s on this host", name, ref))
+			return
+		}
+		dgst, mediaType = desc.Digest, desc.MediaType
+	}
+	info, err := s.store.Info(ctx, dgst)
+	if errdefs.IsNotFound(err) && kind == "blobs" && s.waitIngest(ctx, dgst) {
+		info, err = s.store.Info(ctx, dgst)
+	}
+	if err != nil {
+		registryError(w, http.StatusNotFound, strings.ToUpper(strings.TrimSuffix(kind, "s"))+"_UNKNOWN", fmt.Sprintf("%s not on this host", dgst))
+		return
+	}
+	ra, err := s.store.ReaderAt(ctx, ocispec.Descriptor{Digest: dgst, Size: info.Size})
+	if err != nil {
+		registryError(w, http.StatusNotFound, "BLOB_UNKNOWN", err.Error())
+		return
+	}
+	defer ra.Close()
+	if kind == "manifests" && mediaType == "" {
+		mediaType = manifestMediaType(io.NewSectionReader(ra, 0, min(ra.Size(), 4<<20)))
+	}
+	if mediaType == "" {
+		mediaType = "application/octet-stream"
+	}
+	w.Header().Set("Content-Type", mediaType)
+	w.Header().Set("Docker-Content-Digest", dgst.String())
+	w.Header().Set("Etag", `"`+dgst.String()+`"`)
+	http.ServeContent(w, req, "", time.Time{}, io.NewSectionReader(ra, 0, ra.Size()))
+}
+
+// imageNameOf is the containerd image name (without tag) of a request: the registry from the
+// ns query parameter containerd adds for mirrors, then the repository.
+func imageNameOf(req *http.Request) string {
+	repo := strings.TrimPrefix(req.URL.Path, "/v2/")
+	repo = repo[:strings.LastIndex(repo, "/manifests/")]
+	ns := req.URL.Query().Get("ns")
+	if ns == "" {
+		ns = "docker.io"
+	}
+	return ns + "/" + repo
+}
+
+// manifestMediaType reads the mediaType of a manifest or index, or tells them apart by
+// their fields when it is missing (allowed by OCI).
+func manifestMediaType(r io.Reader) string {
+	var m struct {
+		MediaType string          `json:"mediaType"`
+		Manifests json.RawMessage `json:"manifests"`
+		Layers    json.RawMessage `json:"layers"`
+	}
+	if err := json.NewDecoder(r).Decode(&m); err != nil {
+		return ""
+	}
+	switch {
+	case m.MediaType != "":
+		return m.MediaType
+	case m.Manifests != nil:
+		return ocispec.MediaTypeImageIndex
+	case m.Layers != nil:
+		return ocispec.MediaTypeImageManifest
+	}
+	return ""
+}
+
+// waitIngest waits while this host fetches dgst, as long as the fetch progresses, and says
+// whether the blob arrived.
+func (s *contentSource) waitIngest(ctx context.Context, dgst digest.Digest) bool {
+	var last int64 = -1
+	progressed := time.Now()
+	for {
+		if _, err := s.store.Info(ctx, dgst); err == nil {
+			return true
+		}
+		sts, err := s.store.ListStatuses(ctx)
+		if err != nil {
+			return false
+		}
+		active := false
+		for _, st := range sts {
+			// containerd names a pull's ingests by remotes.MakeRefKey: "layer-sha256:...".
+			if st.Expected == dgst || strings.HasSuffix(st.Ref, "-"+dgst.String()) {
+				active = true
+				if st.Offset != last {
+					last, progressed = st.Offset, time.Now()
+				}
+			}
+		}
+		if !active || time.Since(progressed) > peerIngestStall {
+			// A fetch that just committed is no longer listed: look once more.
+			_, err := s.store.Info(ctx, dgst)
+			return err == nil
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func registryError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"errors": []map[string]string{{"code": code, "message": msg}}})
+}
+
+// errNoPeerHasImage is the error of a peers-only pull that no peer could answer.
+var errNoPeerHasImage = errors.New("no other host of the site has it")
+
+// peersOnlyHosts are the endpoints of a pull that may only come from peers.
+func (p *Peers) peersOnlyHosts() docker.RegistryHosts {
+	return func(string) ([]docker.RegistryHost, error) {
+		return []docker.RegistryHost{p.registryHost(true)}, nil
+	}
+}
