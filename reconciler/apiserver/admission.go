@@ -18,15 +18,15 @@ import (
 // plugins run before validating ones whatever their place here (admission.NewChainHandler runs
 // every Admit before any Validate).
 //
-// The admission webhooks come last, as in kube-apiserver: they see the object after every
-// built-in mutation and only when the built-in checks passed.
+// ValidatingAdmissionPolicy, then the admission webhooks come last, as in kube-apiserver: they
+// see the object after every built-in mutation and only when the built-in checks passed.
 //
 // Plan-only users are refused any write that is not a dry-run before anything else looks
 // at it; the RBAC escalation checks run with the validating plugins. NodeRestriction (a
 // host's identity writes only its own Node, Lease and pods) validates right after
 // NamespaceLifecycle. CertificateApproval and CertificateSigning (admission_certificates.go)
 // check approve and sign on the request's signer.
-func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Interface, hooks webhookDeps, rb *rbac.Authorizer, authz authorizer.Authorizer, podSecurity *podSecurityPlugin) ([]admission.Interface, error) {
+func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Interface, hooks webhookDeps, policies policyDeps, rb *rbac.Authorizer, authz authorizer.Authorizer, podSecurity *podSecurityPlugin) ([]admission.Interface, error) {
 	nsLifecycle, err := lifecycle.NewLifecycle(sets.New(SystemNamespaces...))
 	if err != nil {
 		return nil, err
@@ -54,9 +54,13 @@ func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Inter
 		newRBACEscalationGuard(rb),
 		newConnectCreateGuard(authz),
 	}
+	vap, err := validatingPolicyPlugin(f, client, authz, policies)
+	if err != nil {
+		return nil, err
+	}
 	webhooks, err := webhookPlugins(f, client, hooks)
 	if err != nil {
 		return nil, err
 	}
-	return append(plugins, webhooks...), nil
+	return append(append(plugins, vap), webhooks...), nil
 }

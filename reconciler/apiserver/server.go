@@ -30,6 +30,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
@@ -213,7 +214,11 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	plugins, err := admissionPlugins(informerFactory, client, hooks, auth.rbac, auth.authz, podSecurity)
+	policies, err := newPolicyDeps(gc.LoopbackClientConfig, gc.DrainedNotify())
+	if err != nil {
+		return nil, err
+	}
+	plugins, err := admissionPlugins(informerFactory, client, hooks, policies, auth.rbac, auth.authz, podSecurity)
 	if err != nil {
 		return nil, err
 	}
@@ -256,6 +261,15 @@ func New(cfg Config) (*Server, error) {
 			go auth.revoked.Run(hc.Done())
 			cache.WaitForCacheSync(hc.Done(), auth.revoked.HasSynced)
 		}
+		return nil
+	})
+	disc, err := discovery.NewDiscoveryClientForConfig(gc.LoopbackClientConfig)
+	if err != nil {
+		return nil, fmt.Errorf("discovery client: %w", err)
+	}
+	typeChecker := newPolicyTypeChecker(client, informerFactory, policies, disc, scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme)
+	generic.AddPostStartHookOrDie("flotilla-policy-type-checking", func(hc genericapiserver.PostStartHookContext) error {
+		go typeChecker.run(hc)
 		return nil
 	})
 	generic.AddPostStartHookOrDie("flotilla-bootstrap-objects", func(hc genericapiserver.PostStartHookContext) error {
