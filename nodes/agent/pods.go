@@ -127,6 +127,8 @@ type PodManager struct {
 	tokens *serviceAccountTokens
 	// images collects unused images; nil without PodConfig.ImageGC.
 	images *imageGC
+	// localVolumes removes the directories of this host's deleted local volumes.
+	localVolumes *localVolumes
 	// servicesSynced tells whether the Services were listed once, which the environment of a
 	// container needs.
 	servicesSynced cache.InformerSynced
@@ -178,6 +180,7 @@ func NewPodManager(client kubernetes.Interface, cfg PodConfig) *PodManager {
 	m.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: cfg.NodeName})
 	m.stats = newStatsCollector(m)
 	m.tokens = newServiceAccountTokens(client, m.log, m.podDir)
+	m.localVolumes = newLocalVolumes(client, cfg.NodeName, m.recorder, m.log, m.localVolumeUser)
 	if cfg.ImageGC != nil {
 		if gcrt, ok := cfg.Runtime.(ImageGCRuntime); ok {
 			m.images = newImageGC(*cfg.ImageGC, gcrt, m.recorder, cfg.NodeName, m.log)
@@ -214,6 +217,7 @@ func (m *PodManager) Run(ctx context.Context) error {
 	}
 	m.log.Info("pod workers running")
 	go m.watchEmptyDirs(ctx)
+	go m.localVolumes.run(ctx)
 	if m.images != nil {
 		go m.images.run(ctx)
 	}

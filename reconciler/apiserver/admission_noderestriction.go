@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/flotilla-dev/flotilla/reconciler/authz/rbac"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/localvolume/localpv"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -38,6 +39,7 @@ var (
 	nrPods        = corev1.Resource("pods")
 	nrNodes       = corev1.Resource("nodes")
 	nrPVCs        = corev1.Resource("persistentvolumeclaims")
+	nrPVs         = corev1.Resource("persistentvolumes")
 	nrSvcAccounts = corev1.Resource("serviceaccounts")
 	nrLeases      = coordinationv1.Resource("leases")
 	nrCSRs        = certificatesv1.Resource("certificatesigningrequests")
@@ -63,6 +65,10 @@ var (
 //     pod subresources are refused.
 //   - PersistentVolumeClaims: only status updates that change nothing but status.capacity,
 //     conditions, allocatedResources and allocatedResourceStatuses.
+//   - PersistentVolumes (flotilla's own; upstream's nodes write none): only an update of a
+//     deleted volume labelled flotilla.dev/local-volume-node=<name> that removes its
+//     finalizer flotilla.dev/local-volume-cleanup and changes nothing else (the node agent
+//     has removed the local volume's directory, package localpv).
 //   - serviceaccounts/token: only tokens bound (boundObjectRef, with its uid) to an existing
 //     pod with spec.nodeName <name>. Unlike upstream (ServiceAccountNodeAudienceRestriction)
 //     the audience is not checked against the pod's volumes.
@@ -121,6 +127,8 @@ func (p *nodeRestriction) Validate(ctx context.Context, a admission.Attributes, 
 		}
 	case nrNodes:
 		return p.admitNode(nodeName, a)
+	case nrPVs:
+		return admitLocalVolumeCleanup(nodeName, a)
 	case nrPVCs:
 		if a.GetSubresource() != "status" {
 			return admission.NewForbidden(a, fmt.Errorf("node %q may only update PVC status", nodeName))
@@ -287,6 +295,40 @@ func (p *nodeRestriction) admitPVCStatus(nodeName string, a admission.Attributes
 	}
 	if !apiequality.Semantic.DeepEqual(strip(old), strip(pvc)) {
 		return admission.NewForbidden(a, fmt.Errorf("node %q is not allowed to update fields other than status.capacity, status.conditions, status.allocatedResources and status.allocatedResourceStatuses", nodeName))
+	}
+	return nil
+}
+
+// admitLocalVolumeCleanup lets a node remove the cleanup finalizer of a deleted local
+// volume of its own, judged by the stored object's node label, and nothing else.
+func admitLocalVolumeCleanup(nodeName string, a admission.Attributes) error {
+	if a.GetOperation() != admission.Update || a.GetSubresource() != "" {
+		return admission.NewForbidden(a, fmt.Errorf("node %q may only remove the finalizer %s of its own deleted local volumes", nodeName, localpv.Finalizer))
+	}
+	old, ok := a.GetOldObject().(*corev1.PersistentVolume)
+	if !ok {
+		return admission.NewForbidden(a, fmt.Errorf("unexpected type %T", a.GetOldObject()))
+	}
+	pv, ok := a.GetObject().(*corev1.PersistentVolume)
+	if !ok {
+		return admission.NewForbidden(a, fmt.Errorf("unexpected type %T", a.GetObject()))
+	}
+	if old.Labels[localpv.LabelNode] != nodeName {
+		return admission.NewForbidden(a, fmt.Errorf("node %q may only update the persistentvolumes labelled %s", nodeName, localpv.NodeSelector(nodeName)))
+	}
+	if old.DeletionTimestamp == nil {
+		return admission.NewForbidden(a, fmt.Errorf("node %q may only remove the finalizer %s once the volume is deleted", nodeName, localpv.Finalizer))
+	}
+	if !localpv.HasFinalizer(old) || localpv.HasFinalizer(pv) || !slices.Equal(localpv.WithoutFinalizer(old.Finalizers), pv.Finalizers) {
+		return admission.NewForbidden(a, fmt.Errorf("node %q may only remove the finalizer %s, no other", nodeName, localpv.Finalizer))
+	}
+	strip := func(v *corev1.PersistentVolume) *corev1.PersistentVolume {
+		v = v.DeepCopy()
+		v.ResourceVersion, v.ManagedFields, v.Finalizers = "", nil, nil
+		return v
+	}
+	if !apiequality.Semantic.DeepEqual(strip(old), strip(pv)) {
+		return admission.NewForbidden(a, fmt.Errorf("node %q may only remove the finalizer %s of a volume, and change nothing else", nodeName, localpv.Finalizer))
 	}
 	return nil
 }

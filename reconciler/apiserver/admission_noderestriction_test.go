@@ -28,6 +28,8 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/localvolume/localpv"
 )
 
 var (
@@ -224,6 +226,71 @@ func TestNodeRestriction(t *testing.T) {
 				if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), c.want) {
 					t.Fatalf("err = %v, want 403 containing %q", err, c.want)
 				}
+			}
+		})
+	}
+}
+
+// TestNodeRestrictionLocalVolumes: a node only removes the cleanup finalizer of a deleted
+// local volume labelled with its name (as the stored object says), and changes nothing else.
+func TestNodeRestrictionLocalVolumes(t *testing.T) {
+	p := newNodeRestriction(fake.NewClientset())
+	pvsGVR := corev1.SchemeGroupVersion.WithResource("persistentvolumes")
+	now := metav1.Now()
+	volume := func(node string, deleted bool, finalizers ...string) *corev1.PersistentVolume {
+		pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-1", ResourceVersion: "5", Finalizers: finalizers,
+			Labels: map[string]string{localpv.LabelNode: node}},
+			Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/var/lib/flotilla/volumes/pvc-1"}}}}
+		if deleted {
+			pv.DeletionTimestamp = &now
+		}
+		return pv
+	}
+	update := func(pv, old *corev1.PersistentVolume) admission.Attributes {
+		return nrAttrs(pv, old, pvsGVR, "", "", "pvc-1", admission.Update, nrHost1)
+	}
+	const other = "example.com/keep"
+	mine := volume("host-1", true, other, localpv.Finalizer)
+	cleaned := volume("host-1", true, other)
+	cleaned.ResourceVersion = "6"
+	relabelled := cleaned.DeepCopy()
+	relabelled.Labels[localpv.LabelNode] = "host-2"
+	moved := cleaned.DeepCopy()
+	moved.Spec.Local.Path = "/etc"
+	bothGone := volume("host-1", true)
+	reordered := volume("host-1", true, localpv.Finalizer, other)
+	added := volume("host-1", true, other, localpv.Finalizer, "example.com/more")
+	for _, c := range []struct {
+		name string
+		a    admission.Attributes
+		want string
+	}{
+		{"remove the finalizer of its deleted volume", update(cleaned, mine), ""},
+		{"remove only the finalizer", update(volume("host-1", true), volume("host-1", true, localpv.Finalizer)), ""},
+		{"another node's volume", update(volume("host-2", true, other), volume("host-2", true, other, localpv.Finalizer)), `may only update the persistentvolumes labelled ` + localpv.LabelNode + `=host-1`},
+		{"an unlabelled volume", update(volume("", true), volume("", true, localpv.Finalizer)), "may only update the persistentvolumes labelled"},
+		{"before deletion", update(volume("host-1", false), volume("host-1", false, localpv.Finalizer)), "once the volume is deleted"},
+		{"another finalizer too", update(bothGone, mine), "may only remove the finalizer " + localpv.Finalizer + ", no other"},
+		{"reorder", update(reordered, mine), "no other"},
+		{"add a finalizer", update(added, mine), "no other"},
+		{"keep the finalizer, change a label", update(func() *corev1.PersistentVolume { v := mine.DeepCopy(); v.Labels["x"] = "y"; return v }(), mine), "no other"},
+		{"move the label to another node", update(relabelled, mine), "change nothing else"},
+		{"change the path", update(moved, mine), "change nothing else"},
+		{"status", nrAttrs(cleaned, mine, pvsGVR, "status", "", "pvc-1", admission.Update, nrHost1), "may only remove the finalizer"},
+		{"delete", nrAttrs(nil, mine, pvsGVR, "", "", "pvc-1", admission.Delete, nrHost1), "may only remove the finalizer"},
+		{"create", nrAttrs(volume("host-1", false), nil, pvsGVR, "", "", "", admission.Create, nrHost1), "may only remove the finalizer"},
+		{"an admin", nrAttrs(moved, mine, pvsGVR, "", "", "pvc-1", admission.Update, nrAdmin), ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := p.Validate(context.Background(), c.a, nil)
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want 403 containing %q", err, c.want)
 			}
 		})
 	}

@@ -163,13 +163,16 @@ func (l componentDenialLogger) Authorize(ctx context.Context, attrs authorizer.A
 }
 
 // nodeReadOfReference reports whether attrs is a host's read of a kind the Node authorizer
-// decides.
+// decides, or its update or patch of a PersistentVolume (the cleanup finalizer of a local
+// volume, refused when the volume is not labelled for it).
 func nodeReadOfReference(attrs authorizer.Attributes) bool {
 	if _, ok := nodeauthz.NodeName(attrs.GetUser()); !ok || attrs.GetAPIGroup() != "" || attrs.GetSubresource() != "" {
 		return false
 	}
 	switch attrs.GetVerb() {
 	case "get", "list", "watch":
+	case "update", "patch":
+		return attrs.GetResource() == "persistentvolumes"
 	default:
 		return false
 	}

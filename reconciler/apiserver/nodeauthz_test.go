@@ -8,7 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/flotilla-dev/flotilla/nodes/refcache"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/localvolume/localpv"
 )
 
 // TestNodeAuthorizerServer: through the real API server, with the client certificates of
@@ -153,5 +156,119 @@ func TestNodeAuthorizerServer(t *testing.T) {
 		return apierrors.IsForbidden(err), nil
 	}); err != nil {
 		t.Errorf("host-1 still reads the Secret of its deleted pod: %v", err)
+	}
+}
+
+// TestLocalVolumeCleanupServer: through the real API server, a host lists and watches the
+// local volumes labelled with its name, by that label selector, and removes the cleanup
+// finalizer of its own deleted volume, which then goes; it may not list the others, change
+// anything else of a volume, nor touch another host's.
+func TestLocalVolumeCleanupServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs etcd and the API server")
+	}
+	ctx := context.Background()
+	admin, clientFor, _ := startCertServer(t)
+	host1 := clientFor("system:node:host-1", user.NodesGroup)
+	forbidden := func(what string, err error, want string) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want 403 containing %q", what, err, want)
+		}
+	}
+	volume := func(name, node string) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{localpv.LabelNode: node},
+				Annotations: map[string]string{localpv.AnnProvisionedBy: localpv.Provisioner}, Finalizers: []string{localpv.Finalizer}},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: apiresource.MustParse("1Gi")},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+				PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: localpv.DefaultPath + "/" + name}},
+				NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}},
+			},
+		}
+	}
+	pvs := admin.CoreV1().PersistentVolumes()
+	for name, node := range map[string]string{"pvc-mine": "host-1", "pvc-theirs": "host-2"} {
+		if _, err := pvs.Create(ctx, volume(name, node), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own := metav1.ListOptions{LabelSelector: localpv.NodeSelector("host-1")}
+	list, err := host1.CoreV1().PersistentVolumes().List(ctx, own)
+	if err != nil || len(list.Items) != 1 || list.Items[0].Name != "pvc-mine" {
+		t.Fatalf("host-1 lists its volumes: %v %v", list, err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	own.ResourceVersion = list.ResourceVersion
+	w, err := host1.CoreV1().PersistentVolumes().Watch(wctx, own)
+	if err != nil {
+		t.Fatalf("host-1 watches its volumes: %v", err)
+	}
+	defer w.Stop()
+	_, err = host1.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{LabelSelector: localpv.NodeSelector("host-2")})
+	forbidden("host-1 lists host-2's volumes", err, "forbidden")
+	_, err = host1.CoreV1().PersistentVolumes().Watch(ctx, metav1.ListOptions{})
+	forbidden("host-1 watches every volume", err, "forbidden")
+	// StorageClasses, for the path under which a class's volumes live.
+	if _, err := admin.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local-test"},
+		Provisioner: localpv.Provisioner}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host1.StorageV1().StorageClasses().Get(ctx, "local-test", metav1.GetOptions{}); err != nil {
+		t.Errorf("host-1 gets a StorageClass: %v", err)
+	}
+
+	removeFinalizer := func(name string, edit func(*corev1.PersistentVolume)) error {
+		pv, err := pvs.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pv.Finalizers = localpv.WithoutFinalizer(pv.Finalizers)
+		if edit != nil {
+			edit(pv)
+		}
+		_, err = host1.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{})
+		return err
+	}
+	// Before the volume is deleted: NodeRestriction refuses (once the Node authorizer's
+	// cache holds the volume and lets the request through to admission).
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := removeFinalizer("pvc-mine", nil)
+		return err != nil && strings.Contains(err.Error(), "once the volume is deleted"), nil
+	}); err != nil {
+		t.Fatalf("host-1 removes the finalizer of a live volume: %v, want NodeRestriction's 403", removeFinalizer("pvc-mine", nil))
+	}
+	forbidden("host-1 updates host-2's volume", removeFinalizer("pvc-theirs", nil), "may only update the persistentvolumes labelled")
+	if err := pvs.Delete(ctx, "pvc-mine", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	forbidden("host-1 moves its deleted volume to host-2", removeFinalizer("pvc-mine", func(pv *corev1.PersistentVolume) {
+		pv.Labels[localpv.LabelNode] = "host-2"
+	}), "change nothing else")
+	forbidden("host-1 annotates its deleted volume", removeFinalizer("pvc-mine", func(pv *corev1.PersistentVolume) {
+		pv.Annotations["example.com/x"] = "y"
+	}), "change nothing else")
+	err = host1.CoreV1().PersistentVolumes().Delete(ctx, "pvc-theirs", metav1.DeleteOptions{})
+	forbidden("host-1 deletes host-2's volume", err, "forbidden")
+	if err := removeFinalizer("pvc-mine", nil); err != nil {
+		t.Fatalf("host-1 removes the cleanup finalizer of its deleted volume: %v", err)
+	}
+	if _, err := pvs.Get(ctx, "pvc-mine", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the volume after its last finalizer went: %v, want NotFound", err)
+	}
+	// The watch saw it go.
+	for {
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type == watch.Deleted {
+				return
+			}
+		case <-wctx.Done():
+			t.Fatal("host-1's watch saw no deletion of its volume")
+		}
 	}
 }

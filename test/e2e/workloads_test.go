@@ -12,7 +12,9 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
@@ -36,6 +38,20 @@ func podNames(c kubernetes.Interface, ns, selector string) (map[string]corev1.Po
 		out[p.Name] = p
 	}
 	return out, nil
+}
+
+// volumeEvents lists the reasons and messages of the events about PersistentVolume name.
+func volumeEvents(c kubernetes.Interface, name string) string {
+	evs, err := c.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String()})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, e := range evs.Items {
+		out = append(out, e.Reason+": "+e.Message)
+	}
+	return strings.Join(out, "; ")
 }
 
 func keys(m map[string]corev1.Pod) []string {
@@ -171,6 +187,63 @@ func TestWorkloadsOnHosts(t *testing.T) {
 		if err != nil || again.UID != claim.UID {
 			t.Errorf("the new web-1 must keep claim www-web-1 (%s): %v %+v", claim.UID, err, again)
 		}
+
+		// Reclaim policy Delete removes the data from the host's disk: the claim of the pod
+		// scaled away (web-2) at once; web-1's, deleted under its running pod, only once the
+		// pod is gone. Then the volumes go too.
+		volumeOf := func(claim string) *corev1.PersistentVolume {
+			t.Helper()
+			pvc, err := c.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), claim, metav1.GetOptions{})
+			if err != nil || pvc.Spec.VolumeName == "" {
+				t.Fatalf("claim %s: %v %+v", claim, err, pvc)
+			}
+			pv, err := c.CoreV1().PersistentVolumes().Get(context.Background(), pvc.Spec.VolumeName, metav1.GetOptions{})
+			if err != nil || pv.Spec.Local == nil {
+				t.Fatalf("volume of claim %s: %v %+v", claim, err, pv)
+			}
+			if _, err := os.Stat(pv.Spec.Local.Path); err != nil {
+				t.Fatalf("the directory of volume %s (claim %s): %v", pv.Name, claim, err)
+			}
+			return pv
+		}
+		reclaimed := func(pv *corev1.PersistentVolume) {
+			t.Helper()
+			waitFor(t, 2*time.Minute, "volume "+pv.Name+" and its directory gone", func() (bool, string) {
+				_, dirErr := os.Stat(pv.Spec.Local.Path)
+				cur, err := c.CoreV1().PersistentVolumes().Get(context.Background(), pv.Name, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) && os.IsNotExist(dirErr) {
+					return true, ""
+				}
+				return false, fmt.Sprintf("volume %v (finalizers %v deleted %v), directory %v; events: %s",
+					err, cur.GetFinalizers(), cur.GetDeletionTimestamp(), dirErr, volumeEvents(c, pv.Name))
+			})
+			t.Logf("volume %s reclaimed; its events: %s", pv.Name, volumeEvents(c, pv.Name))
+		}
+		web2 := volumeOf("www-web-2")
+		if err := c.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), "www-web-2", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		reclaimed(web2)
+
+		web1 := volumeOf("www-web-1")
+		marker := filepath.Join(web1.Spec.Local.Path, "still-here")
+		if err := os.WriteFile(marker, []byte("web-1 runs"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), "www-web-1", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Minute, "volume "+web1.Name+" deleted, its cleanup waiting for web-1", func() (bool, string) {
+			ev := volumeEvents(c, web1.Name)
+			return strings.Contains(ev, "VolumeFailedDelete") && strings.Contains(ev, "default/web-1"), ev
+		})
+		if _, err := os.Stat(marker); err != nil {
+			t.Errorf("the data of web-1's volume went while web-1 runs: %v", err)
+		}
+		if out, err := s.Hosts[0].Kubectl(context.Background(), "", "scale", "statefulset", "web", "--replicas=1"); err != nil {
+			t.Fatalf("scale: %v %s", err, out)
+		}
+		reclaimed(web1)
 	})
 
 	t.Run("DaemonSet: one pod per host, and one for a new host", func(t *testing.T) {

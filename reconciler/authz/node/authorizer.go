@@ -12,9 +12,18 @@
 // selector metadata.name=<name> (the API server's RequestInfo turns it into the
 // request's name); one without it is refused.
 //
+// Local volumes (reclaim of flotilla.dev/local volumes, package localpv) are the one
+// exception to "by name": a host may list and watch the PersistentVolumes whose label
+// selector requires flotilla.dev/local-volume-node=<its name> (k8s.io/apiserver hands the
+// request's label selector to authorizers; the API server filters the answer by it), and
+// get, update and patch by name a PersistentVolume so labelled, to remove its cleanup
+// finalizer once it removed the volume's directory. NodeRestriction admission
+// (reconciler/apiserver) refuses every other change a host makes to a volume, and checks
+// the label on the stored object rather than on this authorizer's cache.
+//
 // Decisions are computed from the API server's shared informers at each request (pods
-// indexed by spec.nodeName, claims, Ingresses indexed by their TLS Secrets), not from a
-// maintained graph: a pod just bound to a host may be refused for the moment the
+// indexed by spec.nodeName, claims, Ingresses indexed by their TLS Secrets, volumes), not
+// from a maintained graph: a pod just bound to a host may be refused for the moment the
 // informer takes to see it, and the host retries.
 package node
 
@@ -25,12 +34,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/flotilla-dev/flotilla/reconciler/authz/rbac"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/localvolume/localpv"
 )
 
 const (
@@ -54,14 +65,17 @@ type Authorizer struct {
 	pods      cache.Indexer
 	pvcs      cache.Indexer
 	ingresses cache.Indexer
-	synced    []cache.InformerSynced
+	// volumes holds the PersistentVolumes, for their node label; nil allows no host a
+	// volume by its label.
+	volumes cache.Indexer
+	synced  []cache.InformerSynced
 }
 
 var _ authorizer.Authorizer = (*Authorizer)(nil)
 
-// NewFromInformers makes the authorizer on f's pods, PersistentVolumeClaims and Ingresses
-// informers, adding its indexes to them. Call it before f is started; the decisions wait
-// for f to be started and synced (they are NoOpinion until then).
+// NewFromInformers makes the authorizer on f's pods, PersistentVolumeClaims, Ingresses and
+// PersistentVolumes informers, adding its indexes to them. Call it before f is started; the
+// decisions wait for f to be started and synced (they are NoOpinion until then).
 func NewFromInformers(f informers.SharedInformerFactory) (*Authorizer, error) {
 	podIdx, ingIdx := Indexers()
 	podInf := f.Core().V1().Pods().Informer()
@@ -73,7 +87,17 @@ func NewFromInformers(f informers.SharedInformerFactory) (*Authorizer, error) {
 		return nil, fmt.Errorf("node authorizer: Ingress index: %w", err)
 	}
 	pvcInf := f.Core().V1().PersistentVolumeClaims().Informer()
-	return New(podInf.GetIndexer(), pvcInf.GetIndexer(), ingInf.GetIndexer(), podInf.HasSynced, pvcInf.HasSynced, ingInf.HasSynced), nil
+	pvInf := f.Core().V1().PersistentVolumes().Informer()
+	a := New(podInf.GetIndexer(), pvcInf.GetIndexer(), ingInf.GetIndexer(), podInf.HasSynced, pvcInf.HasSynced, ingInf.HasSynced, pvInf.HasSynced)
+	a.volumes = pvInf.GetIndexer()
+	return a, nil
+}
+
+// WithVolumes sets the indexer of PersistentVolumes whose node label lets a host get,
+// update and patch them (New sets none) and returns a.
+func (a *Authorizer) WithVolumes(volumes cache.Indexer) *Authorizer {
+	a.volumes = volumes
+	return a
 }
 
 // New makes the authorizer on indexers of pods (with the index of Indexers), claims and
@@ -129,7 +153,9 @@ func NodeName(u user.Info) (string, bool) {
 
 // Authorize allows a host's get, list and watch of a Secret, ConfigMap,
 // PersistentVolumeClaim or PersistentVolume its pods reference (or, for a Secret, that an
-// Ingress serves TLS with), by name; it has no opinion on anything else.
+// Ingress serves TLS with), by name; its list and watch of the PersistentVolumes labelled
+// with its name, by that label selector, and its get, update and patch of one of them; it
+// has no opinion on anything else.
 func (a *Authorizer) Authorize(_ context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
 	node, ok := NodeName(attrs.GetUser())
 	if !ok || !attrs.IsResourceRequest() || attrs.GetAPIGroup() != "" || attrs.GetSubresource() != "" {
@@ -141,14 +167,25 @@ func (a *Authorizer) Authorize(_ context.Context, attrs authorizer.Attributes) (
 	default:
 		return authorizer.DecisionNoOpinion, "", nil
 	}
-	switch attrs.GetVerb() {
+	verb, name, ns := attrs.GetVerb(), attrs.GetName(), attrs.GetNamespace()
+	switch verb {
 	case "get", "list", "watch":
+	case "update", "patch":
+		if resource != pvs || name == "" {
+			return authorizer.DecisionNoOpinion, "", nil
+		}
 	default:
 		return authorizer.DecisionNoOpinion, "", nil
 	}
-	name, ns := attrs.GetName(), attrs.GetNamespace()
+	if resource == pvs && name == "" && (verb == "list" || verb == "watch") && selectsNode(attrs, node) {
+		return authorizer.DecisionAllow, "", nil
+	}
 	if name == "" {
-		return authorizer.DecisionNoOpinion, fmt.Sprintf("node %q may only read %s by name (fieldSelector metadata.name=<name> to list or watch)", node, resource), nil
+		msg := fmt.Sprintf("node %q may only read %s by name (fieldSelector metadata.name=<name> to list or watch)", node, resource)
+		if resource == pvs {
+			msg += fmt.Sprintf(" or by label selector %s", localpv.NodeSelector(node))
+		}
+		return authorizer.DecisionNoOpinion, msg, nil
 	}
 	for _, s := range a.synced {
 		if !s() {
@@ -156,10 +193,15 @@ func (a *Authorizer) Authorize(_ context.Context, attrs authorizer.Attributes) (
 		}
 	}
 	var allowed bool
-	switch resource {
-	case pvs:
-		allowed = a.volumeUsed(node, name)
-	case secrets:
+	switch {
+	case resource == pvs && (verb == "update" || verb == "patch"):
+		if a.volumeOfNode(node, name) {
+			return authorizer.DecisionAllow, "", nil
+		}
+		return authorizer.DecisionNoOpinion, fmt.Sprintf("node %q may only %s the persistentvolumes labelled %s", node, verb, localpv.NodeSelector(node)), nil
+	case resource == pvs:
+		allowed = a.volumeUsed(node, name) || a.volumeOfNode(node, name)
+	case resource == secrets:
 		allowed = a.ingressSecret(ns, name) || a.referenced(node, ns, resource, name)
 	default:
 		allowed = a.referenced(node, ns, resource, name)
@@ -227,6 +269,42 @@ func (a *Authorizer) volumeUsed(node, pv string) bool {
 		}
 	}
 	return false
+}
+
+// selectsNode reports whether the request's label selector requires the label
+// flotilla.dev/local-volume-node to be node (=, == or "in" with that one value): every
+// requirement of a selector holds for what it selects, so the answer holds node's volumes
+// only.
+func selectsNode(attrs authorizer.Attributes, node string) bool {
+	reqs, err := attrs.GetLabelSelector()
+	if err != nil {
+		return false
+	}
+	for _, r := range reqs {
+		if r.Key() != localpv.LabelNode {
+			continue
+		}
+		switch r.Operator() {
+		case selection.Equals, selection.DoubleEquals, selection.In:
+			if v := r.Values(); v.Len() == 1 && v.Has(node) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// volumeOfNode reports whether PersistentVolume name is labelled as a local volume of node.
+func (a *Authorizer) volumeOfNode(node, name string) bool {
+	if a.volumes == nil {
+		return false
+	}
+	o, ok, err := a.volumes.GetByKey(name)
+	if err != nil || !ok {
+		return false
+	}
+	pv, isPV := o.(*corev1.PersistentVolume)
+	return isPV && pv.Labels[localpv.LabelNode] == node
 }
 
 // ingressSecret reports whether an Ingress of namespace ns names Secret name in its TLS.

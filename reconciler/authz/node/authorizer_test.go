@@ -8,11 +8,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/localvolume/localpv"
 )
 
 func testPod(ns, name, node string, spec corev1.PodSpec) *corev1.Pod {
@@ -216,4 +219,90 @@ func TestFromInformers(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("pod deleted", authorizer.DecisionNoOpinion)
+}
+
+// selected is attrs of a list or watch with a label selector.
+func selected(u user.Info, verb, selector string) authorizer.AttributesRecord {
+	at := attrs(u, verb, "persistentvolumes", "", "")
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		at.LabelSelectorParsingErr = err
+		return at
+	}
+	at.LabelSelectorRequirements, _ = sel.Requirements()
+	return at
+}
+
+// TestAuthorizeLocalVolumes: a host lists and watches the local volumes labelled with its
+// name, by that label selector only, and gets, updates and patches one of them by name;
+// another host's volume, an unlabelled one and every other write stay with RBAC.
+func TestAuthorizeLocalVolumes(t *testing.T) {
+	volumes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for name, node := range map[string]string{"pvc-1": "host-1", "pvc-2": "host-2", "pvc-3": ""} {
+		pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if node != "" {
+			pv.Labels = map[string]string{localpv.LabelNode: node}
+		}
+		if err := volumes.Add(pv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := newTestAuthorizer(t).WithVolumes(volumes)
+	h1 := nodeUser("host-1")
+	allowed := []authorizer.AttributesRecord{
+		selected(h1, "list", localpv.LabelNode+"=host-1"),
+		selected(h1, "watch", localpv.LabelNode+"==host-1"),
+		selected(h1, "watch", localpv.LabelNode+" in (host-1)"),
+		// More requirements only narrow the answer.
+		selected(h1, "list", "app=x,"+localpv.LabelNode+"=host-1"),
+		attrs(h1, "get", "persistentvolumes", "", "pvc-1"),
+		attrs(h1, "update", "persistentvolumes", "", "pvc-1"),
+		attrs(h1, "patch", "persistentvolumes", "", "pvc-1"),
+	}
+	for _, at := range allowed {
+		if d, reason, err := a.Authorize(context.Background(), at); d != authorizer.DecisionAllow || err != nil {
+			t.Errorf("%s %s %q selector %v: %v %q %v, want allowed", at.Verb, at.Resource, at.Name, at.LabelSelectorRequirements, d, reason, err)
+		}
+	}
+	refused := []authorizer.AttributesRecord{
+		selected(h1, "list", localpv.LabelNode+"=host-2"),
+		selected(h1, "list", localpv.LabelNode+"!=host-2"),
+		selected(h1, "watch", localpv.LabelNode+" in (host-1,host-2)"),
+		selected(h1, "list", localpv.LabelNode),
+		selected(h1, "list", "app=x"),
+		selected(h1, "list", localpv.LabelNode+" notin (host-2)"),
+		selected(h1, "list", "=bad"),
+		attrs(h1, "list", "persistentvolumes", "", ""),
+		attrs(h1, "get", "persistentvolumes", "", "pvc-2"),
+		attrs(h1, "update", "persistentvolumes", "", "pvc-2"),
+		attrs(h1, "patch", "persistentvolumes", "", "pvc-3"),
+		attrs(h1, "update", "persistentvolumes", "", "missing"),
+		attrs(h1, "update", "persistentvolumes", "", ""),
+		attrs(h1, "delete", "persistentvolumes", "", "pvc-1"),
+		attrs(h1, "create", "persistentvolumes", "", ""),
+		// The label selector opens persistentvolumes only.
+		func() authorizer.AttributesRecord {
+			at := selected(h1, "list", localpv.LabelNode+"=host-1")
+			at.Resource = "secrets"
+			return at
+		}(),
+		// Only hosts.
+		selected(&user.DefaultInfo{Name: "system:node:host-1"}, "list", localpv.LabelNode+"=host-1"),
+	}
+	for _, at := range refused {
+		if d, _, err := a.Authorize(context.Background(), at); d != authorizer.DecisionNoOpinion || err != nil {
+			t.Errorf("%s %s %q selector %v by %s: %v %v, want no opinion", at.Verb, at.Resource, at.Name, at.LabelSelectorRequirements, at.User.GetName(), d, err)
+		}
+	}
+	// A volume's status stays the controllers'.
+	status := attrs(h1, "update", "persistentvolumes", "", "pvc-1")
+	status.Subresource = "status"
+	if d, _, _ := a.Authorize(context.Background(), status); d != authorizer.DecisionNoOpinion {
+		t.Errorf("update persistentvolumes/status: %v, want no opinion", d)
+	}
+	// Without the volumes' cache, only the label selector is allowed.
+	bare := newTestAuthorizer(t)
+	if d, _, _ := bare.Authorize(context.Background(), attrs(h1, "update", "persistentvolumes", "", "pvc-1")); d != authorizer.DecisionNoOpinion {
+		t.Errorf("update without a volume cache: %v", d)
+	}
 }

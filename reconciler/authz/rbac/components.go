@@ -204,10 +204,13 @@ var controllerPolicies = map[string][]rbacv1.PolicyRule{
 		rule(verbs("update"), coreGroup, "persistentvolumes/status", "persistentvolumeclaims/status"),
 	},
 	// localvolume/controller.go, sync.go: Get and Create of StorageClass flotilla-local;
-	// PersistentVolumes Create and Delete.
+	// PersistentVolumes Create, Delete and Update (the node label and cleanup finalizer of
+	// volumes provisioned before them, the finalizer of a removed node's volume); Nodes Get
+	// (a miss of the cache, before deciding a node is gone).
 	"localvolume": {
-		rule(verbs("create", "delete"), coreGroup, "persistentvolumes"),
+		rule(verbs("create", "delete", "update"), coreGroup, "persistentvolumes"),
 		rule(verbs("create", "get"), storageGroup, "storageclasses"),
+		rule(verbs("get"), coreGroup, "nodes"),
 	},
 	// serviceaccount/sync.go: Create of the default ServiceAccount of each namespace.
 	"serviceaccount": {
@@ -317,7 +320,12 @@ var controllerPolicies = map[string][]rbacv1.PolicyRule{
 // kubernetes.io/tls Secrets the Ingresses name (the Ingress proxy), each by name with a
 // watch of its own (nodes/refcache: fieldSelector metadata.name=<name>), and the Node
 // authorizer (reconciler/authz/node), which the API server asks before RBAC, allows
-// exactly those. A host cannot list them, nor read one no pod of its own references.
+// exactly those. A host cannot list them, nor read one no pod of its own references. The
+// one exception, also the Node authorizer's: the local volumes labelled
+// flotilla.dev/local-volume-node=<its name>, which the agent lists and watches with that
+// label selector and whose cleanup finalizer it removes once it removed their directory
+// (NodeRestriction admission allows no other change). StorageClasses: Get, for the path
+// under which a class's local volumes live (nodes/agent/localvolumes.go).
 //
 // Requests of the node agent (nodes/agent, nodes/host/nodeagent.go):
 //   - Node: Create, Get, Update (labels, taints) when registering; Get and UpdateStatus for
@@ -348,6 +356,7 @@ var nodeRules = []rbacv1.PolicyRule{
 	rule(verbs("create", "update"), coreGroup, "nodes"),
 	rule(verbs("update"), coreGroup, "nodes/status"),
 	rule(verbs("create", "get", "update"), coordinationGroup, "leases"),
+	rule(verbs("get"), storageGroup, "storageclasses"),
 	rule(verbs("delete"), coreGroup, "pods"),
 	rule(verbs("update"), coreGroup, "pods/status"),
 	rule(verbs("create"), coreGroup, "serviceaccounts/token"),

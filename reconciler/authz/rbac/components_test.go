@@ -235,6 +235,7 @@ func TestComponentCalls(t *testing.T) {
 		},
 		ControllerUser("localvolume"): {
 			{"create", core, "persistentvolumes", "", ""}, {"delete", core, "persistentvolumes", "", "pv"},
+			{"update", core, "persistentvolumes", "", "pv"}, {"get", core, "nodes", "", "h1"},
 			{"get", storageGroup, "storageclasses", "", "flotilla-local"}, {"create", storageGroup, "storageclasses", "", ""},
 		},
 		ControllerUser("serviceaccount"): {{"create", core, "serviceaccounts", "ns1", ""}},
@@ -303,6 +304,7 @@ func TestComponentCalls(t *testing.T) {
 			{"update", core, "nodes/status", "", "h1"},
 			{"get", coordinationGroup, "leases", "kube-node-lease", "h1"}, {"create", coordinationGroup, "leases", "kube-node-lease", ""},
 			{"update", coordinationGroup, "leases", "kube-node-lease", "h1"},
+			{"get", storageGroup, "storageclasses", "", "flotilla-local"},
 			{"delete", core, "pods", "ns1", "p"}, {"update", core, "pods/status", "ns1", "p"},
 			{"create", core, "serviceaccounts/token", "ns1", "default"},
 			{"create", core, "events", "ns1", ""}, {"patch", core, "events", "ns1", "e"},
@@ -354,6 +356,10 @@ func TestComponentLimits(t *testing.T) {
 		{"node lists configmaps", h1, call{"list", core, "configmaps", "", ""}, false},
 		{"node watches persistentvolumeclaims", h1, call{"watch", core, "persistentvolumeclaims", "", ""}, false},
 		{"node lists persistentvolumes", h1, call{"list", core, "persistentvolumes", "", ""}, false},
+		// The Node authorizer and NodeRestriction, not RBAC, let a host remove the cleanup
+		// finalizer of its own local volumes.
+		{"node updates persistentvolumes", h1, call{"update", core, "persistentvolumes", "", "pv"}, false},
+		{"node writes storageclasses", h1, call{"update", storageGroup, "storageclasses", "", "flotilla-local"}, false},
 		{"node gets configmaps by name", h1, call{"get", core, "configmaps", "ns1", "c"}, false},
 		{"node creates pods", h1, call{"create", core, "pods", "ns1", ""}, false},
 		{"node updates pods", h1, call{"update", core, "pods", "ns1", "p"}, false},

@@ -2,9 +2,18 @@
 // for a claim of a class whose provisioner is flotilla.dev/local, once the scheduler has picked
 // the consumer's node (annotation volume.kubernetes.io/selected-node), it creates a local
 // PersistentVolume pre-bound to the claim and pinned to that node. The volumebinding controller
-// then binds the pair; the node agent creates the directory when a pod mounts it. Released
-// volumes of reclaim policy Delete are deleted (the PV object: the directory's data is the
-// node's to remove).
+// then binds the pair; the node agent creates the directory when a pod mounts it.
+//
+// Each volume carries the label flotilla.dev/local-volume-node=<node> and the finalizer
+// flotilla.dev/local-volume-cleanup (package localpv); volumes provisioned before they existed
+// get them here. A Released volume of reclaim policy Delete is deleted, and the finalizer keeps
+// it, Terminating, until the node agent of its node has removed its directory (only
+// <class path>/<volume name>, never a symlink, not while a pod of the node still uses the
+// claim) and then the finalizer, as upstream's local static provisioner cleans before it
+// deletes. A volume of reclaim policy Retain that is deleted keeps its directory; the agent
+// only removes the finalizer. When the volume's Node no longer exists (flotilla host remove),
+// no agent can clean it: this controller removes the finalizer and the directory stays on the
+// removed host.
 package localvolume
 
 import (
@@ -29,22 +38,27 @@ import (
 
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/internal"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/localvolume/localpv"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumebinding"
 )
 
 // Names of the built-in class and its provisioner.
 const (
 	// Provisioner is the provisioner name of classes this controller serves.
-	Provisioner = "flotilla.dev/local"
+	Provisioner = localpv.Provisioner
 	// ClassName is the StorageClass EnsureDefaultStorageClass creates.
 	ClassName = volumebinding.LocalClass
 	// DefaultPath is the directory under which volumes live when the class has no "path"
 	// parameter.
-	DefaultPath = "/var/lib/flotilla/volumes"
+	DefaultPath = localpv.DefaultPath
 	// ParamPath is the StorageClass parameter naming the volumes' parent directory.
-	ParamPath = "path"
+	ParamPath = localpv.ParamPath
 	// AnnProvisionedBy marks a volume with the provisioner that created it, as upstream.
-	AnnProvisionedBy = "pv.kubernetes.io/provisioned-by"
+	AnnProvisionedBy = localpv.AnnProvisionedBy
+	// LabelNode names the node of a volume; its node agent watches the volumes so labelled.
+	LabelNode = localpv.LabelNode
+	// Finalizer holds a deleted volume until its node agent has removed its directory.
+	Finalizer = localpv.Finalizer
 	// AnnIsDefaultClass marks the default StorageClass.
 	AnnIsDefaultClass = "storageclass.kubernetes.io/is-default-class"
 )
@@ -63,6 +77,7 @@ type Controller struct {
 	claims   corelisters.PersistentVolumeClaimLister
 	volumes  corelisters.PersistentVolumeLister
 	classes  storagelisters.StorageClassLister
+	nodes    corelisters.NodeLister
 	synced   []cache.InformerSynced
 	queue    workqueue.TypedRateLimitingInterface[string]
 	recorder record.EventRecorder
@@ -74,9 +89,11 @@ func New(cctx *controllers.Context) (*Controller, error) {
 	claimInf := cctx.Informers.Core().V1().PersistentVolumeClaims()
 	volumeInf := cctx.Informers.Core().V1().PersistentVolumes()
 	classInf := cctx.Informers.Storage().V1().StorageClasses()
+	nodeInf := cctx.Informers.Core().V1().Nodes()
 	c := &Controller{
-		client: cctx.Client, claims: claimInf.Lister(), volumes: volumeInf.Lister(), classes: classInf.Lister(),
-		synced: []cache.InformerSynced{claimInf.Informer().HasSynced, volumeInf.Informer().HasSynced, classInf.Informer().HasSynced},
+		client: cctx.Client, claims: claimInf.Lister(), volumes: volumeInf.Lister(), classes: classInf.Lister(), nodes: nodeInf.Lister(),
+		synced: []cache.InformerSynced{claimInf.Informer().HasSynced, volumeInf.Informer().HasSynced, classInf.Informer().HasSynced,
+			nodeInf.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "localvolume"}),
 		recorder: cctx.Recorder(Component),
@@ -101,6 +118,12 @@ func New(cctx *controllers.Context) (*Controller, error) {
 		UpdateFunc: func(_, cur any) { c.classChanged(cur) },
 	}); err != nil {
 		return nil, fmt.Errorf("storageclass handler: %w", err)
+	}
+	// A removed host leaves its deleted volumes to this controller.
+	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: c.nodeDeleted,
+	}); err != nil {
+		return nil, fmt.Errorf("node handler: %w", err)
 	}
 	return c, nil
 }
@@ -198,5 +221,20 @@ func (c *Controller) classChanged(obj any) {
 		if claim.Spec.VolumeName == "" && volumebinding.ClaimClass(claim) == sc.Name {
 			c.claimChanged(claim)
 		}
+	}
+}
+
+// nodeDeleted wakes the volumes of a removed node.
+func (c *Controller) nodeDeleted(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	pvs, _ := c.volumes.List(labels.SelectorFromSet(labels.Set{LabelNode: node.Name}))
+	for _, pv := range pvs {
+		c.volumeChanged(pv)
 	}
 }

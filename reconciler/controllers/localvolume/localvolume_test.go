@@ -3,6 +3,7 @@ package localvolume_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -76,6 +77,30 @@ func waitBound(t *testing.T, client kubernetes.Interface, ns, name string) (*cor
 	return claim, pv
 }
 
+// waitTerminating waits until volume name is deleted, and held by the cleanup finalizer.
+func waitTerminating(t *testing.T, client kubernetes.Interface, name string) *corev1.PersistentVolume {
+	t.Helper()
+	var pv *corev1.PersistentVolume
+	controllertest.Eventually(t, wait, "volume "+name+" deleted and held by "+localvolume.Finalizer, func() (bool, error) {
+		var err error
+		pv, err = client.CoreV1().PersistentVolumes().Get(context.Background(), name, metav1.GetOptions{})
+		return err == nil && pv.DeletionTimestamp != nil && slices.Contains(pv.Finalizers, localvolume.Finalizer), err
+	})
+	return pv
+}
+
+// waitGone waits until volume name no longer exists.
+func waitGone(t *testing.T, client kubernetes.Interface, name string) {
+	t.Helper()
+	controllertest.Eventually(t, wait, "volume "+name+" gone", func() (bool, error) {
+		_, err := client.CoreV1().PersistentVolumes().Get(context.Background(), name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+}
+
 func TestLocalProvisioning(t *testing.T) {
 	_, client := controllertest.Start(t,
 		func(c *controllers.Context) (controllers.Runner, error) { return localvolume.New(c) },
@@ -142,17 +167,84 @@ func TestLocalProvisioning(t *testing.T) {
 		if q := claim.Status.Capacity[corev1.ResourceStorage]; q.String() != "1Gi" {
 			t.Errorf("claim capacity %s", q.String())
 		}
+		if pv.Labels[localvolume.LabelNode] != "edge-a" || !slices.Equal(pv.Finalizers, []string{localvolume.Finalizer}) {
+			t.Errorf("volume %s: labels %v finalizers %v, want the node label and the cleanup finalizer", pv.Name, pv.Labels, pv.Finalizers)
+		}
 
+		// Released, the volume is deleted; its finalizer keeps it until edge-a's agent has
+		// removed the directory (played here).
 		if err := claims.Delete(ctx, "data", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		controllertest.Eventually(t, wait, "volume "+pv.Name+" deleted", func() (bool, error) {
-			_, err := client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return true, nil
+		terminating := waitTerminating(t, client, pv.Name)
+		controllertest.Consistently(t, time.Second, "the finalizer holds the deleted volume", func() (bool, error) {
+			cur, err := client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+			if err != nil || !slices.Contains(cur.Finalizers, localvolume.Finalizer) {
+				return false, fmt.Errorf("volume %v finalizers %v, want it held", err, cur.GetFinalizers())
 			}
-			return false, err
+			return true, nil
 		})
+		terminating.Finalizers = nil
+		if _, err := client.CoreV1().PersistentVolumes().Update(ctx, terminating, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, client, pv.Name)
+	})
+
+	t.Run("volumes provisioned before the cleanup get its label and finalizer", func(t *testing.T) {
+		old := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: "pvc-old", Annotations: map[string]string{localvolume.AnnProvisionedBy: localvolume.Provisioner}},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName:              localvolume.ClassName,
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+				PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: localvolume.DefaultPath + "/pvc-old"}},
+				NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{"edge-a"}}}}}}},
+			},
+		}
+		if _, err := client.CoreV1().PersistentVolumes().Create(ctx, old, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		controllertest.Eventually(t, wait, "pvc-old labelled and held", func() (bool, error) {
+			cur, err := client.CoreV1().PersistentVolumes().Get(ctx, "pvc-old", metav1.GetOptions{})
+			return err == nil && cur.Labels[localvolume.LabelNode] == "edge-a" && slices.Contains(cur.Finalizers, localvolume.Finalizer), err
+		})
+		// A volume of another provisioner is not touched.
+		other := old.DeepCopy()
+		other.Name, other.Annotations = "pv-other", map[string]string{localvolume.AnnProvisionedBy: "example.com/nfs"}
+		other.Spec.Local.Path = "/srv/other"
+		if _, err := client.CoreV1().PersistentVolumes().Create(ctx, other, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		controllertest.Consistently(t, 2*time.Second, "pv-other untouched", func() (bool, error) {
+			cur, err := client.CoreV1().PersistentVolumes().Get(ctx, "pv-other", metav1.GetOptions{})
+			if err != nil || len(cur.Labels) != 0 || len(cur.Finalizers) != 0 {
+				return false, fmt.Errorf("pv-other: %v labels %v finalizers %v", err, cur.GetLabels(), cur.GetFinalizers())
+			}
+			return true, nil
+		})
+	})
+
+	t.Run("a removed node's deleted volume is let go", func(t *testing.T) {
+		edgeB := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-b", Labels: map[string]string{corev1.LabelHostname: "edge-b"}}}
+		if _, err := client.CoreV1().Nodes().Create(ctx, edgeB, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := claims.Create(ctx, newClaim("on-b", nil, "edge-b"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_, pv := waitBound(t, client, ns, "on-b")
+		if err := claims.Delete(ctx, "on-b", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitTerminating(t, client, pv.Name)
+		// edge-b's agent would clean it; the host is removed instead.
+		if err := client.CoreV1().Nodes().Delete(ctx, "edge-b", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, client, pv.Name)
 	})
 
 	t.Run("Retain class with path", func(t *testing.T) {

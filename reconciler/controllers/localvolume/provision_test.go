@@ -37,6 +37,7 @@ func TestProvisionedVolume(t *testing.T) {
 		wantPath string
 		wantErr  string
 		reclaim  corev1.PersistentVolumeReclaimPolicy
+		node     string // edge-a when empty
 	}{
 		{name: "default class", claim: testClaim(), class: DefaultStorageClass(),
 			wantPath: "/var/lib/flotilla/volumes/pvc-1234", reclaim: corev1.PersistentVolumeReclaimDelete},
@@ -56,10 +57,16 @@ func TestProvisionedVolume(t *testing.T) {
 		{name: "no storage request", claim: testClaim(func(c *corev1.PersistentVolumeClaim) {
 			c.Spec.Resources.Requests = nil
 		}), class: DefaultStorageClass(), wantErr: "requests.storage"},
+		{name: "node name too long for a label", claim: testClaim(), class: DefaultStorageClass(), node: strings.Repeat("n", 64),
+			wantErr: "cannot be a label value"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			pv, err := ProvisionedVolume(c.claim, c.class, "edge-a")
+			node := c.node
+			if node == "" {
+				node = "edge-a"
+			}
+			pv, err := ProvisionedVolume(c.claim, c.class, node)
 			if c.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 					t.Fatalf("err = %v, want one containing %q", err, c.wantErr)
@@ -80,6 +87,9 @@ func TestProvisionedVolume(t *testing.T) {
 			}
 			if pv.Annotations[AnnProvisionedBy] != Provisioner {
 				t.Errorf("annotations %v", pv.Annotations)
+			}
+			if pv.Labels[LabelNode] != "edge-a" || len(pv.Finalizers) != 1 || pv.Finalizers[0] != Finalizer {
+				t.Errorf("labels %v finalizers %v, want %s=edge-a and %s", pv.Labels, pv.Finalizers, LabelNode, Finalizer)
 			}
 			ref := pv.Spec.ClaimRef
 			if ref == nil || ref.Namespace != "shop" || ref.Name != "data" || ref.UID != "1234" {

@@ -15,6 +15,8 @@ const (
 	AnnBindCompleted     = "pv.kubernetes.io/bind-completed"
 	AnnBoundByController = "pv.kubernetes.io/bound-by-controller"
 	AnnSelectedNode      = "volume.kubernetes.io/selected-node"
+	// AnnProvisionedBy names the provisioner that created a volume, which also deletes it.
+	AnnProvisionedBy = "pv.kubernetes.io/provisioned-by"
 	// LocalClass is the built-in WaitForFirstConsumer class whose volumes the node agent
 	// provisions on the node a pod lands on.
 	LocalClass = "flotilla-local"

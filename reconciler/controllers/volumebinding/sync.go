@@ -210,7 +210,10 @@ func (c *Controller) setVolumePhase(ctx context.Context, pv *corev1.PersistentVo
 
 // syncVolume keeps a volume's phase in line with its claim: Available while free or
 // pre-bound, Bound while its claim holds it, Released (then deleted, for reclaim policy
-// Delete) once the claim it was bound to is gone.
+// Delete) once the claim it was bound to is gone. A volume a provisioner created
+// (AnnProvisionedBy) is left for that provisioner to delete, as upstream leaves them to
+// external provisioners: localvolume deletes those of flotilla.dev/local once their node is
+// set to remove the directory.
 func (c *Controller) syncVolume(ctx context.Context, name string) error {
 	pv, err := c.volumes.Get(name)
 	if apierrors.IsNotFound(err) {
@@ -241,8 +244,8 @@ func (c *Controller) syncVolume(ctx context.Context, name string) error {
 			_, err = c.setVolumePhase(ctx, pv, corev1.VolumeReleased)
 			return err
 		}
-		if pv.Status.Phase == corev1.VolumeReleased && pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete {
-			// The node agent removes the local data of a deleted volume.
+		if pv.Status.Phase == corev1.VolumeReleased && pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete &&
+			pv.Annotations[AnnProvisionedBy] == "" {
 			err = c.client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pv.UID}})
 			if err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("delete released volume %s: %w", pv.Name, err)
