@@ -21,7 +21,7 @@ LDFLAGS := -s -w $(KUBE_LDFLAGS) -X main.flotillaVersion=$(VERSION)
 
 GO_TEST_TIMEOUT ?= 35m
 
-.PHONY: all deps build kubectl images generate verify-generate test unit-test lint demo demo-down bench bench-api bench-scheduler bench-proxy bench-e2e bench-robustness clean
+.PHONY: all deps build kubectl images generate verify-generate test unit-test lint demo demo-down bench bench-api bench-scheduler bench-proxy bench-e2e bench-robustness bench-endurance clean
 
 all: build
 
@@ -77,7 +77,7 @@ demo-down:
 	FLOTILLA_BIN=$(BIN)/flotilla hack/demo.sh down
 
 ## bench: measurements that are too slow for `make test`; prints figures.
-bench: deps build kubectl bench-api bench-scheduler bench-proxy bench-e2e bench-robustness
+bench: deps build kubectl bench-api bench-scheduler bench-proxy bench-e2e bench-robustness bench-endurance
 
 bench-api: deps build kubectl
 	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl \
@@ -110,6 +110,14 @@ bench-robustness: deps build kubectl
 	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl \
 		FLOTILLA_LINEARIZABILITY_DURATION=$${FLOTILLA_LINEARIZABILITY_DURATION:-10m} \
 		$(GO) test -run '^$$' -bench BenchmarkLinearizability -benchtime 1x -timeout 40m ./test/e2e/
+
+## bench-endurance: the disk write budget of an idle 3-host site running 20 pods: bytes each host
+## (agent with etcd, containerd, shims) sends to storage per second and per idle hour over
+## FLOTILLA_ENDURANCE_WINDOW (default 10m), and which etcd keys were written.
+bench-endurance: deps build kubectl images
+	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl FLOTILLA_IMAGES=$(BIN)/images \
+		FLOTILLA_ENDURANCE_WINDOW=$${FLOTILLA_ENDURANCE_WINDOW:-10m} \
+		$(GO) test -run '^$$' -bench BenchmarkIdleWrites -benchtime 1x -timeout 40m ./test/e2e/
 
 clean:
 	rm -rf $(BIN)
