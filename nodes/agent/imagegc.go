@@ -71,7 +71,11 @@ func (c ImageGCConfig) Validate() error {
 }
 
 // FSUsage is the capacity of a filesystem and what is left of it for unprivileged users, in bytes.
-type FSUsage struct{ Capacity, Available int64 }
+type FSUsage struct {
+	Capacity, Available int64
+	// Inodes and InodesFree count the filesystem's inodes (0 when it has no fixed number).
+	Inodes, InodesFree int64
+}
 
 // Percent is the usage as the kubelet computes it: 100 - available*100/capacity.
 func (u FSUsage) Percent() int {
@@ -89,7 +93,8 @@ func StatfsUsage(dir string) (FSUsage, error) {
 	if err := syscall.Statfs(dir, &st); err != nil {
 		return FSUsage{}, fmt.Errorf("statfs %s: %w", dir, err)
 	}
-	return FSUsage{Capacity: int64(st.Blocks) * st.Bsize, Available: int64(st.Bfree) * st.Bsize}, nil
+	return FSUsage{Capacity: int64(st.Blocks) * st.Bsize, Available: int64(st.Bfree) * st.Bsize,
+		Inodes: int64(st.Files), InodesFree: int64(st.Ffree)}, nil
 }
 
 // ImageGCRuntime is what image garbage collection needs of the runtime (nodes/runtime has it).

@@ -7,7 +7,6 @@ import (
 	"context"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -345,32 +344,25 @@ func renewLease(ctx context.Context, client kubernetes.Interface, cfg NodeConfig
 	return err
 }
 
+// memTotal is MemTotal of /proc/meminfo in bytes, 0 when unknown.
 func memTotal() int64 {
-	f, err := os.Open("/proc/meminfo")
+	_, total, err := memInfo()
 	if err != nil {
 		return 0
 	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) >= 2 && fields[0] == "MemTotal:" {
-			kb, _ := strconv.ParseInt(fields[1], 10, 64)
-			return kb * 1024
-		}
-	}
-	return 0
+	return total
 }
 
+// diskBytes is the size of the filesystem holding dir, 0 when unknown.
 func diskBytes(dir string) int64 {
 	if dir == "" {
 		return 0
 	}
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
+	u, err := StatfsUsage(dir)
+	if err != nil {
 		return 0
 	}
-	return int64(st.Blocks) * st.Bsize
+	return u.Capacity
 }
 
 func readTrim(path string) string {

@@ -130,14 +130,17 @@ func observations(nodeFS, imageFS string) map[Signal]observation {
 		out[SignalMemoryAvailable] = observation{available: avail, capacity: total}
 	}
 	fs := func(dir string, bytes, inodes Signal) {
-		var st syscall.Statfs_t
-		if dir == "" || syscall.Statfs(dir, &st) != nil {
+		if dir == "" {
 			return
 		}
 		// f_bfree, the blocks root may use (see StatfsUsage), not the kubelet's f_bavail.
-		out[bytes] = observation{available: int64(st.Bfree) * int64(st.Bsize), capacity: int64(st.Blocks) * int64(st.Bsize)}
-		if st.Files > 0 {
-			out[inodes] = observation{available: int64(st.Ffree), capacity: int64(st.Files)}
+		u, err := StatfsUsage(dir)
+		if err != nil {
+			return
+		}
+		out[bytes] = observation{available: u.Available, capacity: u.Capacity}
+		if u.Inodes > 0 {
+			out[inodes] = observation{available: u.InodesFree, capacity: u.Inodes}
 		}
 	}
 	fs(nodeFS, SignalNodeFSAvailable, SignalNodeFSInodesFree)
