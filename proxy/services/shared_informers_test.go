@@ -30,6 +30,7 @@ import (
 	rt "github.com/flotilla-dev/flotilla/nodes/runtime"
 	"github.com/flotilla-dev/flotilla/proxy/dns"
 	"github.com/flotilla-dev/flotilla/proxy/ingress"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/localvolume/localpv"
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
 
@@ -82,12 +83,15 @@ func TestHostComponentsShareInformers(t *testing.T) {
 		mkSlice("web-1", "web", 8080, readyEP("10.244.0.5", node)), ing)
 
 	var mu sync.Mutex
-	watches := map[string]int{} // resource, with ?fieldSelector when filtered
+	watches := map[string]int{} // resource, with ?fieldSelector or ?labelSelector when filtered
 	client.PrependWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {
 		key := a.GetResource().Resource
 		if wa, ok := a.(clienttesting.WatchAction); ok {
 			if f := wa.GetWatchRestrictions().Fields; f != nil && !f.Empty() {
 				key += "?" + f.String()
+			}
+			if l := wa.GetWatchRestrictions().Labels; l != nil && !l.Empty() {
+				key += "?" + l.String()
 			}
 		}
 		mu.Lock()
@@ -104,6 +108,8 @@ func TestHostComponentsShareInformers(t *testing.T) {
 		"secrets?metadata.name=site-tls": 1, // the Ingress proxy, through the host's object caches
 		"pods":                           1, // DNS: every pod of the cluster
 		nodePods:                         1, // the pod manager and the test: this node's pods
+		// The pod manager: its own local volumes, to remove their directories once deleted.
+		"persistentvolumes?" + localpv.NodeSelector(node): 1,
 	}
 	counted := func() map[string]int {
 		mu.Lock()
