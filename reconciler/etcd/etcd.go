@@ -40,9 +40,6 @@ type Config struct {
 	Logger *zap.Logger
 }
 
-// BackendBatchInterval is how long applied writes may wait for a backend commit.
-const BackendBatchInterval = 30 * time.Second
-
 // Member is a running embedded etcd member.
 type Member struct {
 	e       *embed.Etcd
@@ -80,12 +77,6 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = "1h"
 	ec.ListenMetricsUrls = nil
-	// The WAL makes a write durable (fsynced before it is acknowledged); the backend
-	// (bbolt) is only where applied entries end up, and a member replays the WAL past its
-	// last backend commit when it starts. etcd commits the backend every 100 ms, which on an
-	// idle site is a commit (several copy-on-write pages, ~15 kB) per write: commit at most
-	// every BackendBatchInterval instead (docs/endurance.md). Reads see uncommitted writes.
-	ec.BackendBatchInterval = BackendBatchInterval
 	lg := cfg.Logger
 	if lg == nil {
 		zc := zap.NewProductionConfig()
