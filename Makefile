@@ -21,7 +21,7 @@ LDFLAGS := -s -w $(KUBE_LDFLAGS) -X main.flotillaVersion=$(VERSION)
 
 GO_TEST_TIMEOUT ?= 35m
 
-.PHONY: all deps build kubectl images generate verify-generate test unit-test lint demo demo-down bench bench-api bench-scheduler bench-proxy bench-e2e bench-robustness bench-endurance clean
+.PHONY: all deps build kubectl images generate verify-generate test unit-test lint demo demo-down bench bench-api bench-scheduler bench-proxy bench-e2e bench-robustness bench-endurance bench-policies clean
 
 all: build
 
@@ -62,6 +62,7 @@ test: deps build kubectl images lint
 	@rm -f $(BIN)/figures.txt
 	@rc=0; FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl FLOTILLA_IMAGES=$(BIN)/images FLOTILLA_FIGURES=$(BIN)/figures.txt \
 		$(GO) test -count=1 -timeout $(GO_TEST_TIMEOUT) -p 1 ./... || rc=$$?; \
+	$(BIN)/flotilla policy test policies/library || rc=$$?; \
 	echo; echo "== figures measured by the tests =="; cat $(BIN)/figures.txt 2>/dev/null || echo "(none)"; \
 	exit $$rc
 
@@ -77,11 +78,11 @@ demo-down:
 	FLOTILLA_BIN=$(BIN)/flotilla hack/demo.sh down
 
 ## bench: measurements that are too slow for `make test`; prints figures.
-bench: deps build kubectl bench-api bench-scheduler bench-proxy bench-e2e bench-robustness bench-endurance
+bench: deps build kubectl bench-api bench-scheduler bench-proxy bench-e2e bench-robustness bench-endurance bench-policies
 
 bench-api: deps build kubectl
 	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl \
-		$(GO) test -run '^$$' -bench . -benchtime 200x -timeout 30m ./test/api/... ./reconciler/...
+		$(GO) test -run '^$$' -bench . -skip BenchmarkPolicyWriteLatency -benchtime 200x -timeout 30m ./test/api/... ./reconciler/...
 
 ## bench-scheduler: N Node objects and M pods at once against a real agent (pods/s).
 bench-scheduler: deps build
@@ -118,6 +119,13 @@ bench-endurance: deps build kubectl images
 	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl FLOTILLA_IMAGES=$(BIN)/images \
 		FLOTILLA_ENDURANCE_WINDOW=$${FLOTILLA_ENDURANCE_WINDOW:-10m} \
 		$(GO) test -run '^$$' -bench BenchmarkIdleWrites -benchtime 1x -timeout 40m ./test/e2e/
+
+## bench-policies: API write latency (p50, p99) of Deployment creates without admission policies
+## and with the restricted library set, alternating (FLOTILLA_BENCH_WRITES per round, default 300);
+## the offline plan of a 2,001-object revision without and with the set, and the evaluation alone.
+bench-policies: deps build
+	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench BenchmarkPolicyWriteLatency -benchtime 1x -timeout 20m ./test/api/
+	$(GO) test -run '^$$' -bench BenchmarkPlanOfflinePolicies -benchtime 1x -timeout 20m ./gitsync/
 
 clean:
 	rm -rf $(BIN)

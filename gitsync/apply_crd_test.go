@@ -308,7 +308,7 @@ func TestPlanCustomResourcesOfTheRevision(t *testing.T) {
 	}
 	const badReason = "app/bad.yaml: Widget default/bad: spec: Invalid value: minSize must not exceed size"
 
-	off, err := PlanOffline(repo, "app", Limits{})
+	off, err := PlanOffline(repo, "app", Limits{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,6 +60,10 @@ const (
 	// ReasonInsecureTransport is the reason of ConditionWarning while spec.insecure lets the
 	// source fetch over http:// or git://.
 	ReasonInsecureTransport = "InsecureTransport"
+	// ReasonAPIWarnings is the reason of ConditionWarning while the applied revision drew
+	// warnings from the API (a ValidatingAdmissionPolicy's Warn action, Pod Security
+	// Admission about a workload's pods, a deprecated API...).
+	ReasonAPIWarnings = "APIWarnings"
 	// ReasonServiceAccountRequired: the GitSource has no spec.serviceAccountName and is not
 	// kube-system/root, the only source gitsync applies with its own identity.
 	ReasonServiceAccountRequired = "ServiceAccountRequired"
@@ -645,6 +649,10 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 	log := c.log.WithField("source", source)
 	gen := gs.Generation
 	prevReady := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
+	var prevWarning *metav1.Condition
+	if w := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionWarning); w != nil {
+		prevWarning = w.DeepCopy()
+	}
 	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
 		apimeta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen})
 	}
@@ -692,7 +700,7 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 	}
 	if scheme := InsecureTransport(gs.Spec.URL); scheme != "" {
 		msg := fmt.Sprintf("spec.insecure: fetched over %s:// without TLS, so a network attacker can change what is applied: use https:// or ssh://, or set spec.verify to require signed commits", scheme)
-		if w := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionWarning); w == nil || w.Message != msg {
+		if w := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionWarning); w == nil || !strings.HasPrefix(w.Message, msg) {
 			c.event(gs, corev1.EventTypeWarning, ReasonInsecureTransport, "%s", msg)
 		}
 		set(v1alpha1.ConditionWarning, metav1.ConditionTrue, ReasonInsecureTransport, msg)
@@ -780,6 +788,7 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 	applyStart := time.Now()
 	applied, warnings, err := ap.ApplyObjects(ctx, objs, source)
 	c.reportWarnings(gs, ss, co.Revision, warnings, log)
+	setAPIWarnings(st, prevWarning, co.Revision, warnings, gen)
 	if err != nil {
 		observeSince(applyDuration, msource, applyStart)
 		fail(ReasonApplyFailed, fmt.Sprintf("Revision %s: apply: %v", co.Revision, err), false)
@@ -837,6 +846,35 @@ func (c *Controller) reportWarnings(gs *v1alpha1.GitSource, ss *sourceState, rev
 		log.WithField("warning", w).Warn("API warning")
 		c.event(gs, corev1.EventTypeWarning, EventAPIWarning, "%s", truncate(w))
 	}
+}
+
+// setAPIWarnings makes the Warning condition list the API warnings of the apply of revision
+// (after the insecure-transport warning when there is one), or leaves it as the
+// insecure-transport check set it when there are none. A condition that stays True keeps
+// its lastTransitionTime (prev is the condition before this round), so re-applying a
+// revision with the same warnings changes nothing in the status.
+func setAPIWarnings(st *v1alpha1.GitSourceStatus, prev *metav1.Condition, revision string, warnings []string, gen int64) {
+	if len(warnings) == 0 {
+		return
+	}
+	const shown = 5
+	list := warnings
+	if len(list) > shown {
+		list = list[:shown]
+	}
+	msg := fmt.Sprintf("Revision %s applied with %d API warning(s) (each also an %s event): %s", revision, len(warnings), EventAPIWarning, strings.Join(list, "; "))
+	if len(warnings) > shown {
+		msg += fmt.Sprintf("; and %d more", len(warnings)-shown)
+	}
+	reason := ReasonAPIWarnings
+	if w := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionWarning); w != nil {
+		reason, msg = w.Reason, w.Message+"; "+msg
+	}
+	cond := metav1.Condition{Type: v1alpha1.ConditionWarning, Status: metav1.ConditionTrue, Reason: reason, Message: truncate(msg), ObservedGeneration: gen}
+	if prev != nil && prev.Status == metav1.ConditionTrue {
+		cond.LastTransitionTime = prev.LastTransitionTime
+	}
+	apimeta.SetStatusCondition(&st.Conditions, cond)
 }
 
 // missingServiceAccount is a hint for a source whose ServiceAccount was refused: "" unless

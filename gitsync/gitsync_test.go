@@ -149,10 +149,10 @@ func start(t *testing.T) *env {
 }
 
 // startWith is start with the agent running agentControllers (a comma list of names; the
-// controller under test is always run in the test's process).
-func startWith(t *testing.T, agentControllers string) *env {
+// controller under test is always run in the test's process) and given agentFlags.
+func startWith(t *testing.T, agentControllers string, agentFlags ...string) *env {
 	t.Helper()
-	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers=" + agentControllers, "--git-min-interval=1s"}})
+	a := framework.StartAgent(t, framework.AgentOptions{Extra: append([]string{"--controllers=" + agentControllers, "--git-min-interval=1s"}, agentFlags...)})
 	cctx, err := controllers.NewContext(a.RESTConfig())
 	if err != nil {
 		t.Fatal(err)

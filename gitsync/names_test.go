@@ -273,7 +273,7 @@ func TestRenderNamesGitAccepts(t *testing.T) {
 		checkNames(t, "Render", objs, err)
 		checkPlainDir(t, "Render", func(dir string) ([]Object, error) { return Render(context.Background(), root, dir, Limits{}) })
 
-		p, err := PlanOffline(root, "", Limits{})
+		p, err := PlanOffline(root, "", Limits{}, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/flotilla-dev/flotilla/policies"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 )
@@ -141,8 +142,15 @@ const DefaultPlanSource = "kube-system/root"
 // API's validation). Invalid items name the field, in the words of the online plan. What
 // depends on the site is not checked (see ValidateOffline). lim bounds the render as
 // gitsync's (see Render).
-func PlanOffline(root, dir string, lim Limits) (*Plan, error) {
-	objs, err := Render(context.Background(), root, dir, lim)
+//
+// Admission policies are evaluated as the site's API evaluates them (see planPolicies): the
+// ValidatingAdmissionPolicies, bindings and params of the revision, and those of the
+// built-in set policySet (policies.SetNone, SetBaseline or SetRestricted: give the site's
+// --policies) that the revision does not replace. An object a policy denies is invalid
+// with the API's message, which names the policy; a Warn action is a plan warning.
+func PlanOffline(root, dir string, lim Limits, policySet string) (*Plan, error) {
+	ctx := context.Background()
+	objs, err := Render(ctx, root, dir, lim)
 	if err != nil {
 		return nil, err
 	}
@@ -155,18 +163,92 @@ func PlanOffline(root, dir string, lim Limits) (*Plan, error) {
 	for _, f := range fails {
 		p.Items = append(p.Items, PlanItem{Action: PlanInvalid, Reason: f})
 	}
+	var valid []Object
+	var validItems []int
 	for _, o := range objs {
 		it := planItem(PlanRendered, o)
-		line := planCRDCheck(context.Background(), crds, o)
+		line := planCRDCheck(ctx, crds, o)
 		if line == "" && !isCRD(o) && !crds.Defines(o.Obj.GroupVersionKind().GroupKind()) {
 			line = planValidateOffline(o)
 		}
 		if line != "" {
 			it.Action, it.Reason = PlanInvalid, line
+		} else {
+			valid, validItems = append(valid, o), append(validItems, len(p.Items))
 		}
 		p.Items = append(p.Items, it)
 	}
+	lines, warnings, err := planPolicies(ctx, valid, policySet)
+	if err != nil {
+		return nil, err
+	}
+	for i, line := range lines {
+		if line != "" {
+			it := &p.Items[validItems[i]]
+			it.Action, it.Reason = PlanInvalid, line
+		}
+	}
+	p.Warnings = appendDistinct(p.Warnings, warnings...)
 	return p, nil
+}
+
+// planPolicies evaluates the admission policies of the revision (objs, valid and prepared)
+// and of the built-in set policySet on every object of objs, offline, with the API
+// server's own ValidatingAdmissionPolicy plugin and CEL libraries (policies.Engine). An
+// object of the revision replaces the set's object of the same kind, namespace and name, as
+// applying the revision would replace it on the site. It returns, per object, gitsync's
+// failure line for an object a policy denies ("" when admitted) and the warnings of Warn
+// actions as "Kind namespace/name: warning".
+func planPolicies(ctx context.Context, objs []Object, policySet string) ([]string, []string, error) {
+	if policySet == "" {
+		policySet = policies.SetNone
+	}
+	set, err := policies.Library(policySet)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--policies: %w", err)
+	}
+	type key struct {
+		gk       schema.GroupKind
+		ns, name string
+	}
+	own := map[key]bool{}
+	var pool []*unstructured.Unstructured
+	for _, o := range objs {
+		own[key{o.Obj.GroupVersionKind().GroupKind(), o.Obj.GetNamespace(), o.Obj.GetName()}] = true
+		pool = append(pool, o.Obj)
+	}
+	for _, u := range set {
+		if !own[key{u.GroupVersionKind().GroupKind(), u.GetNamespace(), u.GetName()}] {
+			pool = append(pool, u)
+		}
+	}
+	lines := make([]string, len(objs))
+	if !slices.ContainsFunc(pool, isValidatingPolicy) {
+		return lines, nil, nil
+	}
+	eng, err := policies.NewEngine(pool, apiserver.OfflineRESTMapper())
+	if err != nil {
+		return nil, nil, fmt.Errorf("admission policies: %w", err)
+	}
+	defer eng.Close()
+	var warnings []string
+	for i, o := range objs {
+		res, err := eng.Evaluate(ctx, o.Obj)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: admission policies: %w", describe(o), err)
+		}
+		if res.Denied != nil {
+			lines[i] = describe(o) + ": " + errorText(res.Denied)
+		}
+		warnings = appendDistinct(warnings, objectWarnings(o, res.Warnings)...)
+	}
+	return lines, warnings, nil
+}
+
+// isValidatingPolicy reports whether u is a ValidatingAdmissionPolicy.
+func isValidatingPolicy(u *unstructured.Unstructured) bool {
+	gvk := u.GroupVersionKind()
+	return gvk.Group == "admissionregistration.k8s.io" && gvk.Kind == "ValidatingAdmissionPolicy"
 }
 
 // planValidateOffline is the failure line of an object of a kind flotilla serves, checked

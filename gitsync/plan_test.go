@@ -287,7 +287,7 @@ func TestPlanOfflineExamples(t *testing.T) {
 	}
 	for _, d := range dirs {
 		t.Run(d[0]+"/"+d[1], func(t *testing.T) {
-			p, err := PlanOffline(filepath.Join(root, d[0]), d[1], Limits{})
+			p, err := PlanOffline(filepath.Join(root, d[0]), d[1], Limits{}, "")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -144,6 +144,10 @@ func TestAPIWarningsAgainstAgent(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d APIWarning events for the DaemonSet's Pod Security warning, want 1", n)
 	}
+	w := apimeta.FindStatusCondition(e.source().Status.Conditions, v1alpha1.ConditionWarning)
+	if w == nil || w.Status != metav1.ConditionTrue || w.Reason != ReasonAPIWarnings || !strings.Contains(w.Message, prefix) {
+		t.Errorf("Warning condition %+v: want True, reason %s, listing %q", w, ReasonAPIWarnings, prefix)
+	}
 }
 
 // refusedHostPod is a bare Pod that the site's default Pod Security level (baseline) refuses.

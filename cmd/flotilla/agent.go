@@ -72,6 +72,7 @@ func newAgentCommand() *cobra.Command {
 	f.Int64Var(&c.DefaultTolerationSeconds, "default-toleration-seconds", c.DefaultTolerationSeconds, "tolerationSeconds of the not-ready/unreachable NoExecute tolerations new pods get: how long pods stay on a failed host before eviction")
 	f.DurationVar(&c.ServiceAccountMaxTokenTTL, "service-account-max-token-ttl", c.ServiceAccountMaxTokenTTL, "longest lifetime of the ServiceAccount tokens the API issues; longer requests are shortened (pods' tokens are refreshed at 80 % of theirs)")
 	f.StringVar(&c.PodSecurityDefault, "pod-security-default", c.PodSecurityDefault, "Pod Security Standards level enforced and warned about in namespaces without pod-security.kubernetes.io labels: privileged, baseline or restricted (kube-system, kube-public and kube-node-lease are exempt)")
+	f.StringVar(&c.Policies, "policies", c.Policies, "built-in admission policy set installed at start (policies/library): none, baseline or restricted; its objects are created when absent and never overwritten, so edit or delete them as any object")
 	f.StringVar(&c.AuditLogPath, "audit-log-path", c.AuditLogPath, "audit log of the API (JSON events of audit.k8s.io/v1, as kube-apiserver's); - for standard output, empty for none")
 	f.IntVar(&c.AuditLogMaxSize, "audit-log-maxsize", c.AuditLogMaxSize, "megabytes of the audit log before it is rotated (0: never)")
 	f.IntVar(&c.AuditLogMaxBackup, "audit-log-maxbackup", c.AuditLogMaxBackup, "rotated audit log files kept (0: all)")

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/flotilla-dev/flotilla/gitsync"
+	"github.com/flotilla-dev/flotilla/policies"
 )
 
 type planOptions struct {
@@ -22,6 +23,8 @@ type planOptions struct {
 	path       string
 	output     string
 	detailed   bool
+	// policies is the built-in policy set evaluated offline (the site's --policies).
+	policies string
 	// limits bound the render as the agent's --git-* flags bound gitsync's.
 	limits gitsync.Limits
 }
@@ -44,6 +47,13 @@ not declare is an error), defaulted and checked by the API's own validation; a k
 flotilla does not serve and no CustomResourceDefinition of the revision defines is invalid.
 It lists the objects but compares nothing; what depends on the site (other objects, its
 service CIDR and node port range, admission webhooks) is checked only with --kubeconfig.
+
+Admission policies: ValidatingAdmissionPolicies decide whether the API accepts an object. With
+--kubeconfig the dry-run goes through the site's policies. Offline, plan evaluates the
+policies, bindings and params of the revision itself and those of the built-in set named by
+--policies (give the site's value) with the API server's own admission plugin and CEL
+libraries: an object a policy denies is invalid with the same message the GitSource status
+shows (naming the policy), and a Warn action is a warning naming the object.
 
 Custom resources whose CustomResourceDefinition is in the same revision are checked against
 that definition as gitsync checks them (OpenAPI schema, defaults, CEL rules), with or
@@ -80,6 +90,7 @@ when the plan is valid and changes something, 0 when it changes nothing.`,
 	f.StringVar(&o.source, "source", gitsync.DefaultPlanSource, "GitSource NAMESPACE/NAME whose inventory, path and label the plan uses")
 	f.StringVar(&o.path, "path", "", "directory in the repository to render (default: the GitSource's spec.path, offline the root)")
 	f.StringVar(&o.output, "output", "text", "output format: text, markdown (for a pull-request comment) or json")
+	f.StringVar(&o.policies, "policies", policies.SetNone, "offline: the built-in admission policy set the site installs (its agents' --policies: none, baseline or restricted), evaluated with the revision's own policies; with --kubeconfig the site's policies are used")
 	f.BoolVar(&o.detailed, "detailed-exitcode", false, "exit 2 when the plan is valid and has changes, 0 when it has none")
 	addGitLimitFlags(f, &o.limits)
 	return cmd
@@ -102,7 +113,7 @@ func runPlan(ctx context.Context, o planOptions, repo string, out io.Writer) (in
 		err error
 	)
 	if o.kubeconfig == "" {
-		p, err = gitsync.PlanOffline(repo, o.path, o.limits)
+		p, err = gitsync.PlanOffline(repo, o.path, o.limits, o.policies)
 	} else {
 		var a *gitsync.Applier
 		if a, err = planApplier(o.kubeconfig); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/flotilla-dev/flotilla/gitsync"
 	"github.com/flotilla-dev/flotilla/internal/logging"
 	"github.com/flotilla-dev/flotilla/nodes/membership"
+	"github.com/flotilla-dev/flotilla/policies"
 	"github.com/flotilla-dev/flotilla/proxy/dns"
 	"github.com/flotilla-dev/flotilla/proxy/ingress"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
@@ -59,6 +60,10 @@ func (h *Host) startAPI() error {
 	if err != nil {
 		return err
 	}
+	policySet, err := policies.Library(c.Policies)
+	if err != nil {
+		return err
+	}
 	server, err := apiserver.New(apiserver.Config{
 		BindAddress:      h.listen,
 		Port:             c.APIPort,
@@ -77,6 +82,7 @@ func (h *Host) startAPI() error {
 		Validation:               h.vopts,
 		DefaultTolerationSeconds: c.DefaultTolerationSeconds,
 		PodSecurityDefault:       c.PodSecurityDefault,
+		Policies:                 policySet,
 		Unauthenticated:          map[string]http.Handler{etcd.CACertsPath: joinServer, etcd.JoinPath: joinServer, gitsync.WebhookPathPrefix: gitHook},
 		Nodes:                    apiserver.NodeConnection{CAFile: h.ca.CertFile(), CertFile: h.certs.nodeClientCert, KeyFile: h.certs.nodeClientKey},
 		Audit: apiserver.AuditConfig{Path: c.AuditLogPath, MaxSizeMB: c.AuditLogMaxSize, MaxBackups: c.AuditLogMaxBackup,

@@ -16,6 +16,7 @@ import (
 	"github.com/flotilla-dev/flotilla/gitsync"
 	"github.com/flotilla-dev/flotilla/nodes/agent"
 	"github.com/flotilla-dev/flotilla/nodes/runtime"
+	"github.com/flotilla-dev/flotilla/policies"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/validation"
@@ -70,6 +71,10 @@ type Config struct {
 	// restricted) enforced and warned about in namespaces without pod-security.kubernetes.io
 	// labels.
 	PodSecurityDefault string
+	// Policies is the built-in admission policy set installed at start (policies.SetNone,
+	// SetBaseline or SetRestricted): its ValidatingAdmissionPolicies, bindings and param
+	// ConfigMaps are created when absent and never updated, so users may edit them.
+	Policies string
 	// AuditLogPath is the API's audit log ("-": standard output; "": none; DefaultAuditLogPath:
 	// <data-dir>/audit.log), rotated at AuditLogMaxSize megabytes keeping AuditLogMaxBackup
 	// files; AuditPolicyFile replaces the default policy (every request at Metadata).
@@ -157,7 +162,7 @@ func DefaultConfig() Config {
 		EtcdVoters: 3, VoterReplaceAfter: 60 * time.Second, Controllers: "*",
 		DefaultTolerationSeconds: 300, NodeMonitorGracePeriod: 40 * time.Second, GitRef: "main",
 		ClusterSigningDuration: csrsigning.DefaultDuration, ServiceAccountMaxTokenTTL: 48 * time.Hour,
-		PodSecurityDefault: "baseline", Pods: true, AgentPort: 10250, ClusterCIDR: "10.244.0.0/16", ClusterDNS: "10.96.0.10",
+		PodSecurityDefault: "baseline", Policies: policies.SetNone, Pods: true, AgentPort: 10250, ClusterCIDR: "10.244.0.0/16", ClusterDNS: "10.96.0.10",
 		Proxy: true, ProxyMode: "auto", IngressHTTPPort: 80, IngressHTTPSPort: 443, Etcd: true,
 		SeccompDefault: "RuntimeDefault", GitLimits: gitsync.DefaultLimits(), GitMinInterval: v1alpha1.MinInterval,
 		AuditLogPath: DefaultAuditLogPath, AuditLogMaxSize: 50, AuditLogMaxBackup: 3,
@@ -222,6 +227,12 @@ func (c *Config) Complete() (validation.Options, error) {
 	case "privileged", "baseline", "restricted":
 	default:
 		return vopts, fmt.Errorf("--pod-security-default %q: use privileged, baseline or restricted (the Pod Security Standards level of namespaces without pod-security.kubernetes.io labels; default baseline)", c.PodSecurityDefault)
+	}
+	if c.Policies == "" {
+		c.Policies = policies.SetNone
+	}
+	if _, err := policies.Library(c.Policies); err != nil {
+		return vopts, fmt.Errorf("--policies: %w", err)
 	}
 	if c.AuditLogPath == DefaultAuditLogPath {
 		c.AuditLogPath = filepath.Join(c.DataDir, "audit.log")

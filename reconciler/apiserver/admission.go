@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -18,8 +19,11 @@ import (
 // plugins run before validating ones whatever their place here (admission.NewChainHandler runs
 // every Admit before any Validate).
 //
-// ValidatingAdmissionPolicy, then the admission webhooks come last, as in kube-apiserver: they
-// see the object after every built-in mutation and only when the built-in checks passed.
+// MutatingAdmissionPolicy, ValidatingAdmissionPolicy, then the admission webhooks come last,
+// as in kube-apiserver: they see the object after every built-in mutation and only when the
+// built-in checks passed. So a write is mutated by the built-in plugins, then by the
+// MutatingAdmissionPolicies, then by the mutating webhooks, and only then judged by the
+// ValidatingAdmissionPolicies and the validating webhooks.
 //
 // Plan-only users are refused any write that is not a dry-run before anything else looks
 // at it; the RBAC escalation checks run with the validating plugins. NodeRestriction (a
@@ -54,6 +58,10 @@ func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Inter
 		newRBACEscalationGuard(rb),
 		newConnectCreateGuard(authz),
 	}
+	mutatingPolicies, err := mutatingPolicyPlugin(f, client, authz, policies)
+	if err != nil {
+		return nil, err
+	}
 	vap, err := validatingPolicyPlugin(f, client, authz, policies)
 	if err != nil {
 		return nil, err
@@ -62,5 +70,36 @@ func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Inter
 	if err != nil {
 		return nil, err
 	}
-	return append(append(plugins, vap), webhooks...), nil
+	return append(append(plugins, mutatingPolicies, vap), webhooks...), nil
+}
+
+// reinvokingChain runs the mutating plugins of chain a second time when a mutating webhook or
+// MutatingAdmissionPolicy of reinvocationPolicy IfNeeded asked for it (another one changed
+// the object after it ran), as kube-apiserver's admission chain does: the built-in plugins
+// run again too, and only the webhooks and policies that asked are called again. (k8s.io/
+// apiserver builds this wrapper only for chains made from its plugin registry.)
+type reinvokingChain struct{ admission.Interface }
+
+// Admit runs the chain's mutations, then once more if a plugin asked to be reinvoked.
+func (c reinvokingChain) Admit(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
+	m, ok := c.Interface.(admission.MutationInterface)
+	if !ok {
+		return nil
+	}
+	if err := m.Admit(ctx, a, o); err != nil {
+		return err
+	}
+	if rc := a.GetReinvocationContext(); rc.ShouldReinvoke() {
+		rc.SetIsReinvoke()
+		return m.Admit(ctx, a, o)
+	}
+	return nil
+}
+
+// Validate runs the chain's validations.
+func (c reinvokingChain) Validate(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
+	if v, ok := c.Interface.(admission.ValidationInterface); ok {
+		return v.Validate(ctx, a, o)
+	}
+	return nil
 }

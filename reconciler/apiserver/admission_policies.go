@@ -4,10 +4,14 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/features"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -17,9 +21,9 @@ import (
 	"k8s.io/client-go/restmapper"
 )
 
-// policyDeps is what the ValidatingAdmissionPolicy plugin needs besides the informers: a
-// dynamic client for params of any kind, a REST mapper that follows CRDs, and the channel
-// closed when the server has drained its requests.
+// policyDeps is what the ValidatingAdmissionPolicy and MutatingAdmissionPolicy plugins need
+// besides the informers: a dynamic client for params of any kind, a REST mapper that follows
+// CRDs, and the channel closed when the server has drained its requests.
 type policyDeps struct {
 	dynamic dynamic.Interface
 	mapper  *restmapper.DeferredDiscoveryRESTMapper
@@ -53,14 +57,58 @@ func validatingPolicyPlugin(f informers.SharedInformerFactory, client kubernetes
 	if err != nil {
 		return nil, fmt.Errorf("ValidatingAdmissionPolicy admission: %w", err)
 	}
+	if err := initPolicyPlugin(p, f, client, authz, deps); err != nil {
+		return nil, fmt.Errorf("ValidatingAdmissionPolicy admission: %w", err)
+	}
+	return p, nil
+}
+
+// policyPlugin is what the Validating and MutatingAdmissionPolicy plugins share (both are
+// k8s.io/apiserver's generic policy plugin).
+type policyPlugin interface {
+	SetExternalKubeInformerFactory(informers.SharedInformerFactory)
+	SetExternalKubeClientSet(kubernetes.Interface)
+	SetDynamicClient(dynamic.Interface)
+	SetRESTMapper(meta.RESTMapper)
+	SetUnconditionalAuthorizer(authorizer.UnconditionalAuthorizer)
+	SetDrainedNotification(<-chan struct{})
+	ValidateInitialization() error
+}
+
+// initPolicyPlugin gives p its informers, clients, REST mapper and authorizer and starts it.
+// ValidateInitialization creates the policy and binding informers on f, so they start with
+// the other shared informers.
+func initPolicyPlugin(p policyPlugin, f informers.SharedInformerFactory, client kubernetes.Interface, authz authorizer.Authorizer, deps policyDeps) error {
 	p.SetExternalKubeInformerFactory(f)
 	p.SetExternalKubeClientSet(client)
 	p.SetDynamicClient(deps.dynamic)
 	p.SetRESTMapper(deps.mapper)
 	p.SetUnconditionalAuthorizer(authz)
 	p.SetDrainedNotification(deps.drained)
-	if err := p.ValidateInitialization(); err != nil {
-		return nil, fmt.Errorf("ValidatingAdmissionPolicy admission: %w", err)
+	return p.ValidateInitialization()
+}
+
+// mutatingPolicyPlugin is k8s.io/apiserver's MutatingAdmissionPolicy plugin: every
+// MutatingAdmissionPolicy with its bindings is applied on each CREATE, UPDATE or CONNECT it
+// matches (matchConstraints, matchConditions, paramKind/paramRef, variables, mutations of
+// patchType ApplyConfiguration or JSONPatch, failurePolicy), with the Kubernetes CEL libraries
+// and the request's authorizer. Apply configurations are merged with the schemas the server
+// publishes at /openapi/v3, which the plugin reads through client.
+//
+// The plugin is off unless the MutatingAdmissionPolicy feature gate is on (GA and on by default
+// in this k8s.io/apiserver): it reads the process's gate, and a server that stores these
+// policies refuses to start rather than silently not applying them.
+func mutatingPolicyPlugin(f informers.SharedInformerFactory, client kubernetes.Interface, authz authorizer.Authorizer, deps policyDeps) (admission.Interface, error) {
+	p, err := mutating.NewPlugin(nil)
+	if err != nil {
+		return nil, fmt.Errorf("MutatingAdmissionPolicy admission: %w", err)
+	}
+	if !utilfeature.DefaultFeatureGate.Enabled(features.MutatingAdmissionPolicy) {
+		return nil, fmt.Errorf("MutatingAdmissionPolicy admission: the %s feature gate is off; MutatingAdmissionPolicies are served and must be applied, so leave the gate on", features.MutatingAdmissionPolicy)
+	}
+	p.InspectFeatureGates(utilfeature.DefaultFeatureGate)
+	if err := initPolicyPlugin(p, f, client, authz, deps); err != nil {
+		return nil, fmt.Errorf("MutatingAdmissionPolicy admission: %w", err)
 	}
 	return p, nil
 }

@@ -7,11 +7,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/validation"
 	"github.com/flotilla-dev/flotilla/reconciler/authz/rbac"
@@ -114,4 +119,43 @@ func reconcileBootstrapPolicy(ctx context.Context, client kubernetes.Interface, 
 		return fmt.Errorf("RBAC caches did not sync: %w", ctx.Err())
 	}
 	return nil
+}
+
+// ensurePolicies creates the objects of the built-in admission policy set that do not exist,
+// in the order given (params before the policies that read them, policies before their
+// bindings), retrying for up to a minute, then logging why and giving up until the next
+// start. An object that exists is left as it is: the set is installed once, then it is the
+// users' to edit or delete (a deleted one comes back at the next start of an API server).
+func ensurePolicies(ctx context.Context, loopback *restclient.Config, objs []*unstructured.Unstructured) error {
+	dyn, err := dynamic.NewForConfig(loopback)
+	if err != nil {
+		return fmt.Errorf("policy set: %w", err)
+	}
+	mapper := OfflineRESTMapper()
+	var lastErr error
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, o := range objs {
+			gvk := o.GroupVersionKind()
+			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				return false, fmt.Errorf("policy set: %s %s: %w", gvk.Kind, o.GetName(), err)
+			}
+			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+			if m.Scope.Name() == meta.RESTScopeNameNamespace {
+				ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+			}
+			if _, err = ri.Create(ctx, o, metav1.CreateOptions{FieldManager: "flotilla-policies"}); err != nil && !apierrors.IsAlreadyExists(err) {
+				lastErr = fmt.Errorf("create %s %s: %w", gvk.Kind, o.GetName(), err)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil && lastErr != nil {
+		// A site that refuses the set (a webhook, a quota...) still serves: the policies are
+		// missing, and the log says which and why.
+		klog.FromContext(ctx).Error(lastErr, "the built-in policy set (--policies) is not installed: fix the cause, then restart this agent to try again")
+		return nil
+	}
+	return err
 }

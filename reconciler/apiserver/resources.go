@@ -118,6 +118,14 @@ func servedResources() []resource {
 		{gv: admissionregistrationv1.SchemeGroupVersion, plural: "validatingadmissionpolicybindings", singular: "validatingadmissionpolicybinding", kind: "ValidatingAdmissionPolicyBinding",
 			newObj:  func() runtime.Object { return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{} },
 			newList: func() runtime.Object { return &admissionregistrationv1.ValidatingAdmissionPolicyBindingList{} }},
+		// MutatingAdmissionPolicy has no status in admissionregistration.k8s.io/v1. Both kinds are
+		// in the api-extensions category, as upstream.
+		{gv: admissionregistrationv1.SchemeGroupVersion, plural: "mutatingadmissionpolicies", singular: "mutatingadmissionpolicy", kind: "MutatingAdmissionPolicy", categories: apiExtensions,
+			newObj:  func() runtime.Object { return &admissionregistrationv1.MutatingAdmissionPolicy{} },
+			newList: func() runtime.Object { return &admissionregistrationv1.MutatingAdmissionPolicyList{} }},
+		{gv: admissionregistrationv1.SchemeGroupVersion, plural: "mutatingadmissionpolicybindings", singular: "mutatingadmissionpolicybinding", kind: "MutatingAdmissionPolicyBinding", categories: apiExtensions,
+			newObj:  func() runtime.Object { return &admissionregistrationv1.MutatingAdmissionPolicyBinding{} },
+			newList: func() runtime.Object { return &admissionregistrationv1.MutatingAdmissionPolicyBindingList{} }},
 		{gv: storagev1.SchemeGroupVersion, plural: "storageclasses", singular: "storageclass", kind: "StorageClass", shortNames: []string{"sc"},
 			newObj: func() runtime.Object { return &storagev1.StorageClass{} }, newList: func() runtime.Object { return &storagev1.StorageClassList{} }},
 		{gv: schedulingv1.SchemeGroupVersion, plural: "priorityclasses", singular: "priorityclass", kind: "PriorityClass", shortNames: []string{"pc"},

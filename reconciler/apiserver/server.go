@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"net"
 	"net/http"
 	"strings"
@@ -78,6 +79,10 @@ type Config struct {
 	// restricted, version latest) enforced and warned about in namespaces without
 	// pod-security.kubernetes.io labels; DefaultPodSecurityLevel when empty.
 	PodSecurityDefault string
+	// Policies are the objects of the built-in admission policy set (ValidatingAdmissionPolicies,
+	// their bindings and param objects, of kinds this server serves), created at start when
+	// absent and never updated: users edit or delete them as any object.
+	Policies []*unstructured.Unstructured
 	// Unauthenticated handlers are served before the authentication chain, by exact path,
 	// or by prefix for keys ending in "/" (the join protocol and git webhooks authenticate
 	// themselves).
@@ -222,7 +227,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	gc.AdmissionControl = admission.NewChainHandler(plugins...)
+	gc.AdmissionControl = reinvokingChain{admission.NewChainHandler(plugins...)}
 
 	// The apiextensions server is derived from ours before ours is completed.
 	extCfg, err := extensionsConfig(*gc, *etcdOpts, informerFactory, hooks.services, hooks.auth)
@@ -275,6 +280,11 @@ func New(cfg Config) (*Server, error) {
 	generic.AddPostStartHookOrDie("flotilla-bootstrap-objects", func(hc genericapiserver.PostStartHookContext) error {
 		return ensureBootstrapObjects(hc, client)
 	})
+	if len(cfg.Policies) > 0 {
+		generic.AddPostStartHookOrDie("flotilla-bootstrap-policies", func(hc genericapiserver.PostStartHookContext) error {
+			return ensurePolicies(hc, hc.LoopbackClientConfig, cfg.Policies)
+		})
+	}
 	generic.AddPostStartHookOrDie("flotilla-bootstrap-rbac", func(hc genericapiserver.PostStartHookContext) error {
 		return reconcileBootstrapPolicy(hc, client, informerFactory)
 	})

@@ -78,6 +78,14 @@ func Register(scheme *runtime.Scheme) {
 		func(l *admissionregistrationv1.ValidatingAdmissionPolicyBindingList) []admissionregistrationv1.ValidatingAdmissionPolicyBinding {
 			return l.Items
 		}, setValidatingAdmissionPolicyBinding)
+	kind(scheme, &admissionregistrationv1.MutatingAdmissionPolicy{}, &admissionregistrationv1.MutatingAdmissionPolicyList{},
+		func(l *admissionregistrationv1.MutatingAdmissionPolicyList) []admissionregistrationv1.MutatingAdmissionPolicy {
+			return l.Items
+		}, setMutatingAdmissionPolicy)
+	kind(scheme, &admissionregistrationv1.MutatingAdmissionPolicyBinding{}, &admissionregistrationv1.MutatingAdmissionPolicyBindingList{},
+		func(l *admissionregistrationv1.MutatingAdmissionPolicyBindingList) []admissionregistrationv1.MutatingAdmissionPolicyBinding {
+			return l.Items
+		}, setMutatingAdmissionPolicyBinding)
 
 	// storage.k8s.io/v1
 	kind(scheme, &storagev1.StorageClass{}, &storagev1.StorageClassList{}, func(l *storagev1.StorageClassList) []storagev1.StorageClass { return l.Items }, setStorageClass)

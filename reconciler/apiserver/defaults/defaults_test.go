@@ -1086,6 +1086,66 @@ spec:
 `, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}),
 		},
 		{
+			name: "mutatingadmissionpolicy",
+			in: fromYAML(t, `
+metadata:
+  name: team-label
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [configmaps]
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: 'Object{metadata: Object.metadata{labels: {"team": "edge"}}}'
+`, &admissionregistrationv1.MutatingAdmissionPolicy{}),
+			want: fromYAML(t, `
+metadata:
+  name: team-label
+spec:
+  failurePolicy: Fail
+  reinvocationPolicy: Never
+  matchConstraints:
+    matchPolicy: Equivalent
+    namespaceSelector: {}
+    objectSelector: {}
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [configmaps]
+      scope: "*"
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: 'Object{metadata: Object.metadata{labels: {"team": "edge"}}}'
+`, &admissionregistrationv1.MutatingAdmissionPolicy{}),
+		},
+		{
+			name: "mutatingadmissionpolicybinding",
+			in: fromYAML(t, `
+spec:
+  policyName: team-label
+  matchResources:
+    objectSelector:
+      matchLabels:
+        app: web
+`, &admissionregistrationv1.MutatingAdmissionPolicyBinding{}),
+			want: fromYAML(t, `
+spec:
+  policyName: team-label
+  matchResources:
+    matchPolicy: Equivalent
+    namespaceSelector: {}
+    objectSelector:
+      matchLabels:
+        app: web
+`, &admissionregistrationv1.MutatingAdmissionPolicyBinding{}),
+		},
+		{
 			name: "limitrange container defaults",
 			in: fromYAML(t, `
 spec:
@@ -1305,6 +1365,17 @@ spec:
     objectSelector:
       matchLabels: {c: d}
 `, &admissionregistrationv1.ValidatingAdmissionPolicy{}),
+		fromYAML(t, `
+spec:
+  failurePolicy: Ignore
+  reinvocationPolicy: IfNeeded
+  matchConstraints:
+    matchPolicy: Exact
+    namespaceSelector:
+      matchLabels: {a: b}
+    objectSelector:
+      matchLabels: {c: d}
+`, &admissionregistrationv1.MutatingAdmissionPolicy{}),
 		fromYAML(t, `
 provisioner: flotilla.dev/local
 reclaimPolicy: Retain

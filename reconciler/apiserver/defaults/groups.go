@@ -63,6 +63,23 @@ func setValidatingAdmissionPolicyBinding(b *admissionregistrationv1.ValidatingAd
 	setMatchResources(b.Spec.MatchResources)
 }
 
+// setMutatingAdmissionPolicy fills failurePolicy Fail, as upstream does, and reinvocationPolicy
+// Never (what the plugin does when it is unset), and the match constraints' defaults: the
+// plugin refuses to match with a nil selector.
+func setMutatingAdmissionPolicy(p *admissionregistrationv1.MutatingAdmissionPolicy) {
+	if p.Spec.FailurePolicy == nil {
+		p.Spec.FailurePolicy = new(admissionregistrationv1.Fail)
+	}
+	if p.Spec.ReinvocationPolicy == "" {
+		p.Spec.ReinvocationPolicy = admissionregistrationv1.NeverReinvocationPolicy
+	}
+	setMatchResources(p.Spec.MatchConstraints)
+}
+
+func setMutatingAdmissionPolicyBinding(b *admissionregistrationv1.MutatingAdmissionPolicyBinding) {
+	setMatchResources(b.Spec.MatchResources)
+}
+
 func setMatchResources(m *admissionregistrationv1.MatchResources) {
 	if m == nil {
 		return

@@ -114,6 +114,14 @@ func groupValidators(opts Options) map[schema.GroupKind]Funcs {
 			Create: typed(ValidateValidatingAdmissionPolicyBinding),
 			Update: typed2(ValidateValidatingAdmissionPolicyBindingUpdate),
 		},
+		admission("MutatingAdmissionPolicy"): {
+			Create: typed(ValidateMutatingAdmissionPolicy),
+			Update: typed2(ValidateMutatingAdmissionPolicyUpdate),
+		},
+		admission("MutatingAdmissionPolicyBinding"): {
+			Create: typed(ValidateMutatingAdmissionPolicyBinding),
+			Update: typed2(ValidateMutatingAdmissionPolicyBindingUpdate),
+		},
 		{Group: storagev1.GroupName, Kind: "StorageClass"}: {
 			Create: typed(ValidateStorageClass),
 			Update: typed2(ValidateStorageClassUpdate),

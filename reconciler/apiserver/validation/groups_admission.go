@@ -3,6 +3,7 @@ package validation
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -26,6 +27,10 @@ var (
 	celIdentifier = regexp.MustCompile(`^[_a-zA-Z][_a-zA-Z0-9]*$`)
 	operations    = []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll, admissionregistrationv1.Create,
 		admissionregistrationv1.Update, admissionregistrationv1.Delete, admissionregistrationv1.Connect}
+	// mutatingOperations are those a MutatingAdmissionPolicy may match: a DELETE has no object
+	// to mutate.
+	mutatingOperations = []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll, admissionregistrationv1.Create,
+		admissionregistrationv1.Update, admissionregistrationv1.Connect}
 	validationReasons = []metav1.StatusReason{metav1.StatusReasonUnauthorized, metav1.StatusReasonForbidden,
 		metav1.StatusReasonInvalid, metav1.StatusReasonRequestEntityTooLarge}
 )
@@ -42,23 +47,30 @@ func ValidateValidatingAdmissionPolicyUpdate(p, old *admissionregistrationv1.Val
 	return append(errs, validateVAPSpec(p.Name, &p.Spec, specPath)...)
 }
 
-func validateVAPSpec(name string, s *admissionregistrationv1.ValidatingAdmissionPolicySpec, p *field.Path) field.ErrorList {
+// validatePolicyMatch checks what Validating and MutatingAdmissionPolicies share:
+// failurePolicy, paramKind and matchConstraints (required, with resource rules whose
+// operations are among ops; verb says what the policy does to what they name).
+func validatePolicyMatch(failure *admissionregistrationv1.FailurePolicyType, paramKind *admissionregistrationv1.ParamKind, match *admissionregistrationv1.MatchResources, ops []admissionregistrationv1.OperationType, verb string, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	if s.FailurePolicy != nil {
-		errs = append(errs, validateFailurePolicy(*s.FailurePolicy, p.Child("failurePolicy"))...)
+	if failure != nil {
+		errs = append(errs, validateFailurePolicy(*failure, p.Child("failurePolicy"))...)
 	}
-	if s.ParamKind != nil {
-		errs = append(errs, validateParamKind(s.ParamKind, p.Child("paramKind"))...)
+	if paramKind != nil {
+		errs = append(errs, validateParamKind(paramKind, p.Child("paramKind"))...)
 	}
 	mp := p.Child("matchConstraints")
-	if s.MatchConstraints == nil {
-		errs = append(errs, field.Required(mp, "set resourceRules naming the resources the policy applies to"))
-	} else {
-		errs = append(errs, validateMatchResources(s.MatchConstraints, mp)...)
-		if len(s.MatchConstraints.ResourceRules) == 0 {
-			errs = append(errs, field.Required(mp.Child("resourceRules"), "at least one rule naming the resources the policy applies to"))
-		}
+	if match == nil {
+		return append(errs, field.Required(mp, "set resourceRules naming the resources the policy "+verb))
 	}
+	errs = append(errs, validateMatchResources(match, ops, mp)...)
+	if len(match.ResourceRules) == 0 {
+		errs = append(errs, field.Required(mp.Child("resourceRules"), "at least one rule naming the resources the policy "+verb))
+	}
+	return errs
+}
+
+func validateVAPSpec(name string, s *admissionregistrationv1.ValidatingAdmissionPolicySpec, p *field.Path) field.ErrorList {
+	errs := validatePolicyMatch(s.FailurePolicy, s.ParamKind, s.MatchConstraints, operations, "applies to", p)
 	if len(s.Validations) == 0 && len(s.AuditAnnotations) == 0 {
 		errs = append(errs, field.Required(p.Child("validations"), "validations or auditAnnotations must contain at least one item"))
 	}
@@ -103,9 +115,16 @@ func validateVAPSpec(name string, s *admissionregistrationv1.ValidatingAdmission
 		errs = append(errs, validateExpression(a.ValueExpression, ap.Child("valueExpression"))...)
 	}
 	errs = append(errs, validateMatchConditions(s.MatchConditions, p.Child("matchConditions"))...)
+	return append(errs, validateVariables(s.Variables, p.Child("variables"))...)
+}
+
+// validateVariables checks a policy's variables: unique CEL identifiers, each with an
+// expression.
+func validateVariables(vs []admissionregistrationv1.Variable, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	vars := map[string]bool{}
-	for i, v := range s.Variables {
-		vp := p.Child("variables").Index(i)
+	for i, v := range vs {
+		vp := p.Index(i)
 		np := vp.Child("name")
 		switch {
 		case v.Name == "":
@@ -183,7 +202,9 @@ func validateMatchConditions(cs []admissionregistrationv1.MatchCondition, p *fie
 	return errs
 }
 
-func validateMatchResources(m *admissionregistrationv1.MatchResources, p *field.Path) field.ErrorList {
+// validateMatchResources checks match constraints whose resourceRules may name ops (their
+// excludeResourceRules may name any operation).
+func validateMatchResources(m *admissionregistrationv1.MatchResources, ops []admissionregistrationv1.OperationType, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if m.MatchPolicy != nil && *m.MatchPolicy != admissionregistrationv1.Exact && *m.MatchPolicy != admissionregistrationv1.Equivalent {
 		errs = append(errs, field.NotSupported(p.Child("matchPolicy"), *m.MatchPolicy,
@@ -196,27 +217,33 @@ func validateMatchResources(m *admissionregistrationv1.MatchResources, p *field.
 		errs = append(errs, validateSelector(m.ObjectSelector, p.Child("objectSelector"))...)
 	}
 	for i := range m.ResourceRules {
-		errs = append(errs, validateNamedRule(&m.ResourceRules[i], p.Child("resourceRules").Index(i))...)
+		errs = append(errs, validateNamedRule(&m.ResourceRules[i], ops, p.Child("resourceRules").Index(i))...)
 	}
 	for i := range m.ExcludeResourceRules {
-		errs = append(errs, validateNamedRule(&m.ExcludeResourceRules[i], p.Child("excludeResourceRules").Index(i))...)
+		errs = append(errs, validateNamedRule(&m.ExcludeResourceRules[i], operations, p.Child("excludeResourceRules").Index(i))...)
 	}
 	return errs
 }
 
-func validateNamedRule(r *admissionregistrationv1.NamedRuleWithOperations, p *field.Path) field.ErrorList {
+func validateNamedRule(r *admissionregistrationv1.NamedRuleWithOperations, ops []admissionregistrationv1.OperationType, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	op := p.Child("operations")
 	if len(r.Operations) == 0 {
-		errs = append(errs, field.Required(op, `at least one of "CREATE", "UPDATE", "DELETE", "CONNECT" or "*"`))
+		var quoted []string
+		for _, o := range ops {
+			if o != admissionregistrationv1.OperationAll {
+				quoted = append(quoted, strconv.Quote(string(o)))
+			}
+		}
+		errs = append(errs, field.Required(op, "at least one of "+strings.Join(quoted, ", ")+` or "*"`))
 	}
 	for i, o := range r.Operations {
 		ok := false
-		for _, s := range operations {
+		for _, s := range ops {
 			ok = ok || o == s
 		}
 		if !ok {
-			errs = append(errs, field.NotSupported(op.Index(i), o, operations))
+			errs = append(errs, field.NotSupported(op.Index(i), o, ops))
 		}
 		if o == admissionregistrationv1.OperationAll && len(r.Operations) > 1 {
 			errs = append(errs, field.Invalid(op, r.Operations, "if '*' is present, must not specify other operations"))
@@ -271,20 +298,28 @@ func ValidateValidatingAdmissionPolicyBindingUpdate(b, old *admissionregistratio
 	return append(errs, validateVAPBindingSpec(&b.Spec, specPath)...)
 }
 
-func validateVAPBindingSpec(s *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec, p *field.Path) field.ErrorList {
+// validatePolicyBinding checks what the bindings of Validating and MutatingAdmissionPolicies
+// share: policyName (of a policy of kind policyKind), paramRef and matchResources (whose
+// operations are among ops).
+func validatePolicyBinding(policyKind, policyName string, paramRef *admissionregistrationv1.ParamRef, match *admissionregistrationv1.MatchResources, ops []admissionregistrationv1.OperationType, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	pp := p.Child("policyName")
-	if s.PolicyName == "" {
-		errs = append(errs, field.Required(pp, "name the ValidatingAdmissionPolicy to bind"))
+	if policyName == "" {
+		errs = append(errs, field.Required(pp, "name the "+policyKind+" to bind"))
 	} else {
-		errs = append(errs, isDNSSubdomain(pp, s.PolicyName)...)
+		errs = append(errs, isDNSSubdomain(pp, policyName)...)
 	}
-	if s.ParamRef != nil {
-		errs = append(errs, validateParamRef(s.ParamRef, p.Child("paramRef"))...)
+	if paramRef != nil {
+		errs = append(errs, validateParamRef(paramRef, p.Child("paramRef"))...)
 	}
-	if s.MatchResources != nil {
-		errs = append(errs, validateMatchResources(s.MatchResources, p.Child("matchResources"))...)
+	if match != nil {
+		errs = append(errs, validateMatchResources(match, ops, p.Child("matchResources"))...)
 	}
+	return errs
+}
+
+func validateVAPBindingSpec(s *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec, p *field.Path) field.ErrorList {
+	errs := validatePolicyBinding("ValidatingAdmissionPolicy", s.PolicyName, s.ParamRef, s.MatchResources, operations, p)
 	ap := p.Child("validationActions")
 	if len(s.ValidationActions) == 0 {
 		errs = append(errs, field.Required(ap, `at least one of "Deny", "Warn" or "Audit"`))

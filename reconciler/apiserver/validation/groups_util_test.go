@@ -71,6 +71,8 @@ func TestGroupValidatorsCoverKinds(t *testing.T) {
 		{Group: "events.k8s.io", Kind: "Event"},
 		{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicy"},
 		{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicyBinding"},
+		{Group: "admissionregistration.k8s.io", Kind: "MutatingAdmissionPolicy"},
+		{Group: "admissionregistration.k8s.io", Kind: "MutatingAdmissionPolicyBinding"},
 		{Group: "storage.k8s.io", Kind: "StorageClass"},
 	}
 	for _, gk := range kinds {

@@ -1,0 +1,135 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
+
+	"github.com/flotilla-dev/flotilla/policies"
+	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
+	"github.com/flotilla-dev/flotilla/test/framework"
+)
+
+// benchPolicyDeployment is a Deployment every policy of the restricted set admits (the set
+// evaluates all its Deployment rules on it), privileged or not.
+func benchPolicyDeployment(name string, privileged bool) *appsv1.Deployment {
+	rl := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")}
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/name": name}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(2)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "c", Image: "flotilla.local/app:v1",
+					Resources:       corev1.ResourceRequirements{Requests: rl, Limits: rl},
+					SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(privileged)},
+				}}},
+			},
+		},
+	}
+}
+
+// BenchmarkPolicyWriteLatency creates Deployments through a real agent without admission
+// policies and with the restricted library set installed (every Deployment is evaluated by
+// all its Deployment policies), alternating, and prints p50 and p99 of each and the
+// difference (goal: p99 within +2 ms). FLOTILLA_BENCH_WRITES writes per round (default 300).
+func BenchmarkPolicyWriteLatency(b *testing.B) {
+	writes := 300
+	if v := os.Getenv("FLOTILLA_BENCH_WRITES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 100 {
+			b.Fatalf("FLOTILLA_BENCH_WRITES=%q: want a number of at least 100", v)
+		}
+		writes = n
+	}
+	a := framework.StartAgent(b, framework.AgentOptions{Extra: []string{"--controllers="}})
+	c := a.Client()
+	ctx := context.Background()
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	set, err := policies.Library(policies.SetRestricted)
+	if err != nil {
+		b.Fatal(err)
+	}
+	nPolicies := 0
+	for _, o := range set {
+		if o.GetKind() == "ValidatingAdmissionPolicy" {
+			nPolicies++
+		}
+	}
+	dyn := dynamic.NewForConfigOrDie(a.RESTConfig())
+	mapper := apiserver.OfflineRESTMapper()
+	install := func(on bool) {
+		for _, o := range set {
+			gvk := o.GroupVersionKind()
+			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ri := dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+			if on {
+				_, err = ri.Create(ctx, o, metav1.CreateOptions{})
+			} else {
+				err = ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{})
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		// The policy plugin recompiles within a second of a change: wait until a privileged
+		// Deployment is refused (installed) or admitted (removed) as a dry-run.
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, err := c.AppsV1().Deployments("bench").Create(ctx, benchPolicyDeployment("probe", true), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			denied := err != nil && strings.Contains(err.Error(), "flotilla-no-privileged")
+			return denied == on, nil
+		})
+		if err != nil {
+			b.Fatalf("policies installed=%v not in effect: %v", on, err)
+		}
+	}
+	round := 0
+	run := func(label string) time.Duration {
+		round++
+		took := make([]time.Duration, 0, writes)
+		for i := range writes {
+			d := benchPolicyDeployment(fmt.Sprintf("w%d-%d", round, i), false)
+			start := time.Now()
+			if _, err := c.AppsV1().Deployments("bench").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+				b.Fatalf("%s: create %s: %v", label, d.Name, err)
+			}
+			took = append(took, time.Since(start))
+		}
+		sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+		p50, p99 := took[len(took)/2], took[len(took)*99/100]
+		fmt.Printf("Deployment create, %s (%d writes): p50 %s, p99 %s\n", label, writes, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond))
+		return p99
+	}
+	// A warm-up round, then none and restricted alternating; the last pair is the figure.
+	run("warm-up")
+	var none, restricted time.Duration
+	for range 2 {
+		none = run("no policies")
+		install(true)
+		restricted = run(fmt.Sprintf("restricted set (%d policies)", nPolicies))
+		install(false)
+	}
+	fmt.Printf("p99 with the restricted set minus without: %+.2f ms (goal: at most +2 ms)\n", float64(restricted-none)/float64(time.Millisecond))
+	b.ReportMetric(float64(restricted-none)/float64(time.Millisecond), "ms-p99-delta")
+}
