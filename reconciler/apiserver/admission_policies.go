@@ -79,7 +79,7 @@ type policyPlugin interface {
 // ValidateInitialization creates the policy and binding informers on f, so they start with
 // the other shared informers.
 func initPolicyPlugin(p policyPlugin, f informers.SharedInformerFactory, client kubernetes.Interface, authz authorizer.Authorizer, deps policyDeps) error {
-	p.SetExternalKubeInformerFactory(f)
+	p.SetExternalKubeInformerFactory(serverLifetimeFactory{SharedInformerFactory: f, stop: deps.drained})
 	p.SetExternalKubeClientSet(client)
 	p.SetDynamicClient(deps.dynamic)
 	p.SetRESTMapper(deps.mapper)
@@ -112,3 +112,17 @@ func mutatingPolicyPlugin(f informers.SharedInformerFactory, client kubernetes.I
 	}
 	return p, nil
 }
+
+// serverLifetimeFactory is the shared informer factory as the policy plugins see it: an
+// informer they start runs until the server drains. The plugins start the informer of a
+// built-in param kind (ConfigMap...) from the factory with a stop channel of their own, which
+// they close when no policy uses that kind any more; the factory's informer stopped that way
+// stays stopped (the factory starts each informer once), and a policy of that param kind
+// created later would read its params with a request to the API on every write it matches.
+type serverLifetimeFactory struct {
+	informers.SharedInformerFactory
+	stop <-chan struct{}
+}
+
+// Start starts the factory's informers not started yet, until the server drains.
+func (f serverLifetimeFactory) Start(<-chan struct{}) { f.SharedInformerFactory.Start(f.stop) }
