@@ -126,7 +126,8 @@ func createNode(t *testing.T, client kubernetes.Interface, name string) {
 	if err := renewLease(ctx, client, name); err != nil {
 		t.Fatalf("lease of %s: %v", name, err)
 	}
-	if err := postReady(ctx, client, name); err != nil {
+	// The controllers write the new Node too (its taints, its pod CIDR): retry on conflicts.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error { return postReady(ctx, client, name) }); err != nil {
 		t.Fatalf("status of %s: %v", name, err)
 	}
 }
