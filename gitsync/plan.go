@@ -178,6 +178,13 @@ func PlanOffline(root, dir string, lim Limits, policySet string) (*Plan, error) 
 		}
 		p.Items = append(p.Items, it)
 	}
+	// Pod Security admission runs before the admission policies, as on the site: what it
+	// refuses is not evaluated further.
+	valid, validItems, warnings, err := planPodSecurity(ctx, p, valid, validItems)
+	if err != nil {
+		return nil, err
+	}
+	p.Warnings = appendDistinct(p.Warnings, warnings...)
 	lines, warnings, err := planPolicies(ctx, valid, policySet)
 	if err != nil {
 		return nil, err
@@ -190,6 +197,36 @@ func PlanOffline(root, dir string, lim Limits, policySet string) (*Plan, error) 
 	}
 	p.Warnings = appendDistinct(p.Warnings, warnings...)
 	return p, nil
+}
+
+// planPodSecurity checks the valid objects (items validItems of p) with the API server's Pod
+// Security admission, offline: the levels are those the revision's Namespaces label, else the
+// site default (apiserver.DefaultPodSecurityLevel; flotilla agent --pod-security-default). An
+// object it refuses becomes invalid with the API's message; it returns the others, their
+// items, and the warnings.
+func planPodSecurity(ctx context.Context, p *Plan, valid []Object, validItems []int) ([]Object, []int, []string, error) {
+	all := make([]*unstructured.Unstructured, len(valid))
+	for i, o := range valid {
+		all[i] = o.Obj
+	}
+	psa, err := apiserver.NewPodSecurityOffline("", all)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("pod security: %w", err)
+	}
+	var kept []Object
+	var keptItems []int
+	var warnings []string
+	for i, o := range valid {
+		ws, refused := psa.Check(ctx, o.Obj)
+		warnings = appendDistinct(warnings, objectWarnings(o, ws)...)
+		if refused != nil {
+			it := &p.Items[validItems[i]]
+			it.Action, it.Reason = PlanInvalid, describe(o)+": "+errorText(refused)
+			continue
+		}
+		kept, keptItems = append(kept, o), append(keptItems, validItems[i])
+	}
+	return kept, keptItems, warnings, nil
 }
 
 // planPolicies evaluates the admission policies of the revision (objs, valid and prepared)

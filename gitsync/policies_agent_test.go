@@ -36,6 +36,18 @@ spec:
         securityContext: {privileged: true}
 `
 
+// privilegedPod is a bare privileged Pod: Pod Security admission (baseline, the site
+// default) refuses it.
+const privilegedPod = `apiVersion: v1
+kind: Pod
+metadata: {name: rooted-pod, namespace: default}
+spec:
+  containers:
+  - name: c
+    image: example/app:1
+    securityContext: {privileged: true}
+`
+
 // warnUnownedConfigMaps is a policy of the repository itself: a ConfigMap without label
 // team is admitted with a warning.
 const warnUnownedConfigMaps = `apiVersion: admissionregistration.k8s.io/v1
@@ -106,7 +118,7 @@ func TestPoliciesAgainstAgent(t *testing.T) {
 	})
 
 	t.Log("a commit adding a privileged Deployment")
-	r.commit(map[string]string{"rooted.yaml": privilegedDeployment})
+	r.commit(map[string]string{"rooted.yaml": privilegedDeployment, "pod.yaml": privilegedPod})
 	const denial = `rooted.yaml: Deployment default/rooted: ValidatingAdmissionPolicy 'flotilla-no-privileged' with binding 'flotilla-no-privileged' denied request: privileged containers are not allowed`
 	invalidLine := func(p *Plan) string {
 		for _, it := range p.Items {
@@ -131,6 +143,19 @@ func TestPoliciesAgainstAgent(t *testing.T) {
 	}
 	if got := invalidLine(off); got != line {
 		t.Errorf("offline plan: Deployment rooted %q, want the site's line %q", got, line)
+	}
+	podLine := func(p *Plan) string {
+		for _, it := range p.Items {
+			if it.Kind == "Pod" && it.Action == PlanInvalid {
+				return it.Reason
+			}
+		}
+		return ""
+	}
+	// Pod Security admission refuses the bare Pod before any policy sees it, on the site
+	// and offline.
+	if got, want := podLine(off), podLine(site); got != want || !strings.Contains(want, `violates PodSecurity "baseline:latest": privileged`) {
+		t.Errorf("privileged Pod: offline %q, site %q: want the same Pod Security refusal", got, want)
 	}
 	if off, err := PlanOffline(r.dir, "", Limits{}, "none"); err != nil || invalidLine(off) != "" {
 		t.Errorf("offline plan without the library set: %q, %v: want the Deployment valid", invalidLine(off), err)
@@ -162,5 +187,123 @@ func TestPoliciesAgainstAgent(t *testing.T) {
 	}
 	if _, err := e.client.AppsV1().Deployments("default").Get(ctx, "rooted", metav1.GetOptions{}); err == nil {
 		t.Error("the denied Deployment exists")
+	}
+}
+
+// criticalDeployment is a Deployment of namespace apps the restricted set admits on its own
+// (label, local image, resources, 2 replicas), labelled critical: it also needs a
+// PodDisruptionBudget selecting app=name.
+func criticalDeployment(name string) string {
+	return `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: ` + name + `
+  namespace: apps
+  labels: {app.kubernetes.io/name: ` + name + `, policies.flotilla.dev/critical: "true"}
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: ` + name + `}
+  template:
+    metadata:
+      labels: {app: ` + name + `}
+    spec:
+      containers:
+      - name: c
+        image: flotilla.local/` + name + `:1
+        resources:
+          limits: {cpu: 10m, memory: 16Mi}
+`
+}
+
+// hostIngress is Ingress ns/name routing host.
+func hostIngress(ns, name, host string) string {
+	return `apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: ` + name + `, namespace: ` + ns + `}
+spec:
+  rules:
+  - host: ` + host + `
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+`
+}
+
+// TestCrossObjectPoliciesAgainstAgent: under the restricted set, the policies that look across
+// objects read the inventory the policy-inventory controller keeps. A commit whose Ingress
+// takes a host another namespace routes, or whose critical Deployment no stored
+// PodDisruptionBudget covers, is not applied and the GitSource names both policies; the
+// budget committed first lets the Deployment through.
+func TestCrossObjectPoliciesAgainstAgent(t *testing.T) {
+	r := newRepo(t)
+	namespaces := "apiVersion: v1\nkind: Namespace\nmetadata: {name: apps}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: team-b}\n"
+	first := r.commit(map[string]string{
+		"namespaces.yaml": namespaces,
+		"shop.yaml":       hostIngress("apps", "shop", "shop.example.com"),
+		"pdb.yaml":        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: api, namespace: apps}\nspec:\n  minAvailable: 1\n  selector: {matchLabels: {app: api}}\n",
+	})
+	e := startWith(t, "policyinventory", "--policies=restricted")
+	ctx := context.Background()
+	e.createSource(map[string]any{"url": "file://" + r.dir, "interval": "1s"})
+	e.waitFor("first revision applied", e.readyAt(first))
+	e.waitFor("the inventory has the Ingress host and the budget", func() bool {
+		cm, err := e.client.CoreV1().ConfigMaps("kube-system").Get(ctx, "flotilla-policy-inventory", metav1.GetOptions{})
+		return err == nil && cm.Data["ingress.shop.example.com"] == "apps/shop" && cm.Data["pdb.apps.api"] == "app in api"
+	})
+
+	t.Log("a commit taking shop.example.com from team-b, with a covered and an uncovered critical Deployment")
+	r.commit(map[string]string{
+		"team-b.yaml": hostIngress("team-b", "shop", "shop.example.com"),
+		"api.yaml":    criticalDeployment("api"),
+		"cache.yaml":  criticalDeployment("cache"),
+	})
+	const (
+		taken     = `team-b.yaml: Ingress team-b/shop: ValidatingAdmissionPolicy 'flotilla-ingress-hosts-unique' with binding 'flotilla-ingress-hosts-unique' denied request: Ingress shop routes a host routed from another namespace: shop.example.com (Ingress apps/shop)`
+		uncovered = `cache.yaml: Deployment apps/cache: ValidatingAdmissionPolicy 'flotilla-critical-pdb' with binding 'flotilla-critical-pdb' denied request: Deployment cache is labelled policies.flotilla.dev/critical=true and no PodDisruptionBudget of namespace apps selects its pods`
+	)
+	e.waitFor("GitSource not Ready, naming both policies", func() bool {
+		c := apimeta.FindStatusCondition(e.source().Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, taken) && strings.Contains(c.Message, uncovered)
+	})
+	if c := apimeta.FindStatusCondition(e.source().Status.Conditions, v1alpha1.ConditionReady); strings.Contains(c.Message, "Deployment apps/api:") {
+		t.Errorf("the covered Deployment api is refused: %s", c.Message)
+	}
+	if _, err := e.client.AppsV1().Deployments("apps").Get(ctx, "api", metav1.GetOptions{}); err == nil {
+		t.Error("the revision was applied in part: Deployment api exists")
+	}
+
+	t.Log("offline, the revision's own Ingresses and budgets are the inventory")
+	off, err := PlanOffline(r.dir, "", Limits{}, "restricted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	invalid := map[string]string{}
+	for _, it := range off.Items {
+		if it.Action == PlanInvalid {
+			invalid[it.Namespace+"/"+it.Name] = it.Reason
+		}
+	}
+	if !strings.HasPrefix(invalid["team-b/shop"], taken) || !strings.HasPrefix(invalid["apps/cache"], uncovered) || invalid["apps/api"] != "" {
+		t.Errorf("offline plan: invalid %q, want team-b/shop and apps/cache as on the site, apps/api valid", invalid)
+	}
+
+	t.Log("with its own budget committed first, the critical Deployment is applied")
+	r.commit(map[string]string{
+		"team-b.yaml": "",
+		"cache.yaml":  "",
+		"pdb-cache.yaml": "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: cache, namespace: apps}\n" +
+			"spec:\n  minAvailable: 1\n  selector: {matchLabels: {app: cache}}\n",
+	})
+	e.waitFor("the inventory has budget cache", func() bool {
+		cm, err := e.client.CoreV1().ConfigMaps("kube-system").Get(ctx, "flotilla-policy-inventory", metav1.GetOptions{})
+		return err == nil && cm.Data["pdb.apps.cache"] == "app in cache"
+	})
+	last := r.commit(map[string]string{"cache.yaml": criticalDeployment("cache")})
+	e.waitFor("the last revision applied", e.readyAt(last))
+	for _, name := range []string{"api", "cache"} {
+		if _, err := e.client.AppsV1().Deployments("apps").Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Errorf("Deployment %s: %v", name, err)
+		}
 	}
 }

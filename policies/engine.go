@@ -88,7 +88,10 @@ func newScheme() *runtime.Scheme {
 
 // NewEngine starts an engine over objs, which may contain ValidatingAdmissionPolicies, their
 // bindings, Namespaces, params of any kind (objects of a policy's paramKind), and
-// CustomResourceDefinitions, whose kinds extend mapper; anything else is ignored. mapper maps
+// CustomResourceDefinitions, whose kinds extend mapper. The policy inventory (ConfigMap
+// kube-system/flotilla-policy-inventory) is computed from the Ingresses and
+// PodDisruptionBudgets among objs, as the site's controller keeps it from the site's;
+// anything else is ignored. mapper maps
 // kinds to resources and scopes (callers pass reconciler/apiserver.OfflineRESTMapper()).
 //
 // A later object of the same kind and name (and namespace, for params) replaces an earlier
@@ -147,6 +150,13 @@ func NewEngine(objs []*unstructured.Unstructured, mapper meta.RESTMapper) (*Engi
 			others = append(others, o)
 		}
 	}
+
+	// The inventory of objs comes first: a ConfigMap of the same name among objs replaces it.
+	inv, err := inventoryConfigMap(objs)
+	if err != nil {
+		return nil, err
+	}
+	others = append([]*unstructured.Unstructured{inv}, others...)
 
 	// Params: the objects of every policy's paramKind, in a fake dynamic client that knows
 	// the list kind of each (its informers list them).

@@ -97,7 +97,7 @@ func fsReadFile(name string) ([]byte, error) { return fs.ReadFile(policies.Libra
 
 func TestLibrarySets(t *testing.T) {
 	baseline := []string{"hostpath-prefixes", "no-latest-tag", "no-privileged"}
-	restricted := append([]string{"allowed-registries", "critical-replicas", "external-services"}, baseline...)
+	restricted := append([]string{"allowed-registries", "critical-pdb", "critical-replicas", "external-services", "ingress-hosts-unique"}, baseline...)
 	restricted = append(restricted, "required-labels", "resources-required")
 	params := map[string]bool{"hostpath-prefixes": true, "allowed-registries": true, "required-labels": true}
 

@@ -53,7 +53,10 @@ Admission policies: ValidatingAdmissionPolicies decide whether the API accepts a
 policies, bindings and params of the revision itself and those of the built-in set named by
 --policies (give the site's value) with the API server's own admission plugin and CEL
 libraries: an object a policy denies is invalid with the same message the GitSource status
-shows (naming the policy), and a Warn action is a warning naming the object.
+shows (naming the policy), and a Warn action is a warning naming the object. The policies
+that look across objects (Ingress hosts, budgets of critical Deployments) count the
+revision's own objects. Pod Security admission runs first, as on the site: the levels the
+revision's Namespaces label, else the site default (baseline).
 
 Custom resources whose CustomResourceDefinition is in the same revision are checked against
 that definition as gitsync checks them (OpenAPI schema, defaults, CEL rules), with or

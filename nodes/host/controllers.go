@@ -22,6 +22,7 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/nodeipam"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/nodelifecycle"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/podautoscaler"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/policyinventory"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/replicaset"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/rootca"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/serviceaccount"
@@ -53,6 +54,7 @@ func controllerList(cfg Config) []controllers.Named {
 		{Name: "rootca", New: rootca.New, Workers: 1},
 		{Name: "clusterroleaggregation", New: clusterroleaggregation.New, Workers: 1},
 		{Name: "unenforced", New: unenforced.New, Workers: 1},
+		{Name: "policyinventory", New: policyinventory.New, Workers: 1},
 		{Name: "garbagecollector", New: func(c *controllers.Context) (controllers.Runner, error) { return garbagecollector.New(c) }, Workers: 3},
 		{Name: "endpointslice", New: endpointslice.New, Workers: 3},
 		{Name: "disruption", New: disruption.New, Workers: 2},

@@ -219,6 +219,13 @@ var controllerPolicies = map[string][]rbacv1.PolicyRule{
 	// unenforced/controller.go only reads through the shared metadata informers and records
 	// events with the shared recorder: its role is empty.
 	"unenforced": {},
+	// policyinventory/controller.go: Create and Update of the policy inventory, ConfigMap
+	// kube-system/flotilla-policy-inventory (create cannot be limited to a name); it reads
+	// Ingresses, PodDisruptionBudgets and the inventory through the shared informers.
+	"policyinventory": {
+		rule(verbs("create"), coreGroup, "configmaps"),
+		named(rule(verbs("update"), coreGroup, "configmaps"), "flotilla-policy-inventory"),
+	},
 	// garbagecollector/sync.go: through the metadata client, on any resource: Get (the live
 	// object, and its owners), Delete (a dependent without owners), Patch (ownerReferences,
 	// and the orphan and foregroundDeletion finalizers). Discovery is the shared client's.

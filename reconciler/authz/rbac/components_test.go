@@ -12,8 +12,8 @@ import (
 
 // hostControllers are the controllers the hosts run (controllerList of nodes/host).
 var hostControllers = []string{"gitsync", "replicaset", "deployment", "statefulset", "daemonset", "job", "cronjob",
-	"podautoscaler", "servicelb", "volumebinding", "localvolume", "serviceaccount", "unenforced", "garbagecollector",
-	"endpointslice", "nodelifecycle", "scheduler", "nodeipam", "namespace", "disruption", "csrsigning", "csrapproving"}
+	"podautoscaler", "servicelb", "volumebinding", "localvolume", "serviceaccount", "unenforced", "policyinventory",
+	"garbagecollector", "endpointslice", "nodelifecycle", "scheduler", "nodeipam", "namespace", "disruption", "csrsigning", "csrapproving"}
 
 func TestControllerNames(t *testing.T) {
 	names := ControllerNames()
@@ -269,6 +269,9 @@ func TestComponentCalls(t *testing.T) {
 			{"delete", core, "namespaces", "", "ns1"},
 		},
 		ControllerUser("rootca"): {{"create", core, "configmaps", "ns1", ""}, {"update", core, "configmaps", "ns1", "kube-root-ca.crt"}},
+		ControllerUser("policyinventory"): {
+			{"create", core, "configmaps", "kube-system", ""}, {"update", core, "configmaps", "kube-system", "flotilla-policy-inventory"},
+		},
 		ControllerUser("clusterroleaggregation"): {
 			{"update", rbacv1.GroupName, "clusterroles", "", "admin"}, {"escalate", rbacv1.GroupName, "clusterroles", "", "admin"},
 		},
@@ -398,6 +401,8 @@ func TestComponentLimits(t *testing.T) {
 		{"scheduler deletes pods", componentUser(SchedulerUser), call{"delete", core, "pods", "ns1", "p"}, false},
 		{"scheduler binds as a controller name", componentUser("system:controller:scheduler"), call{"create", core, "pods/binding", "ns1", "p"}, false},
 		{"rootca deletes configmaps", ctrl("rootca"), call{"delete", core, "configmaps", "ns1", "c"}, false},
+		{"policyinventory updates another configmap", ctrl("policyinventory"), call{"update", core, "configmaps", "kube-system", "flotilla-required-labels"}, false},
+		{"policyinventory reads secrets", ctrl("policyinventory"), call{"get", core, "secrets", "kube-system", "s"}, false},
 		{"clusterroleaggregation binds", ctrl("clusterroleaggregation"), call{"create", rbacv1.GroupName, "clusterrolebindings", "", ""}, false},
 		{"csrsigning signs for another signer", ctrl("csrsigning"), call{"sign", certificatesGroup, "signers", "", "example.com/signer"}, false},
 		{"csrsigning approves", ctrl("csrsigning"), call{"update", certificatesGroup, "certificatesigningrequests/approval", "", "c"}, false},
