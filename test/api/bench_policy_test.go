@@ -58,9 +58,18 @@ func BenchmarkPolicyWriteLatency(b *testing.B) {
 		}
 		writes = n
 	}
-	a := framework.StartAgent(b, framework.AgentOptions{Extra: []string{"--controllers="}})
+	// The policy-inventory controller runs, as on every site: without its ConfigMap, the
+	// policies that read it (critical-pdb matches every Deployment) would have the plugin
+	// look their param up with a GET to the API on every write.
+	a := framework.StartAgent(b, framework.AgentOptions{Extra: []string{"--controllers=policyinventory"}})
 	c := a.Client()
 	ctx := context.Background()
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := c.CoreV1().ConfigMaps(policies.InventoryNamespace).Get(ctx, policies.InventoryName, metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		b.Fatalf("the policy inventory was not created: %v", err)
+	}
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
