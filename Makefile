@@ -121,7 +121,7 @@ bench-endurance: deps build kubectl images
 		$(GO) test -run '^$$' -bench BenchmarkIdleWrites -benchtime 1x -timeout 40m ./test/e2e/
 
 ## bench-policies: API write latency (p50, p99) of Deployment creates without admission policies
-## and with the restricted library set, alternating (FLOTILLA_BENCH_WRITES per round, default 300);
+## and with the restricted library set, alternating (ABBA rounds; FLOTILLA_BENCH_WRITES per round, default 500, FLOTILLA_BENCH_PAIRS rounds per side, default 3);
 ## the offline plan of a 2,001-object revision without and with the set, and the evaluation alone.
 bench-policies: deps build
 	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench BenchmarkPolicyWriteLatency -benchtime 1x -timeout 20m ./test/api/

@@ -8,6 +8,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	"net"
 	"net/http"
 	"strings"
@@ -162,7 +163,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loopback client: %w", err)
 	}
-	informerFactory := informers.NewSharedInformerFactory(client, 10*time.Minute)
+	informerFactory := informers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute, informers.WithTransform(withTypeMeta))
 
 	auth, err := newSiteAuth(cfg, informerFactory, client, &gc.SecureServing)
 	if err != nil {
@@ -404,4 +405,20 @@ func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, c
 		return err
 	}
 	return nil
+}
+
+// withTypeMeta fills in the kind and apiVersion of the objects the server's own informers
+// hold, which decoding into Go types leaves empty. The validating-policy plugin wraps a
+// param object without them (a ConfigMap of the library policies) in a type that converts
+// the whole object to a map every time a policy is evaluated, for every write it matches;
+// with them, CEL reads only the fields an expression uses, from the object itself.
+func withTypeMeta(obj any) (any, error) {
+	o, ok := obj.(runtime.Object)
+	if !ok || !o.GetObjectKind().GroupVersionKind().Empty() {
+		return obj, nil
+	}
+	if gvks, _, err := clientscheme.Scheme.ObjectKinds(o); err == nil && len(gvks) > 0 {
+		o.GetObjectKind().SetGroupVersionKind(gvks[0])
+	}
+	return obj, nil
 }
