@@ -46,7 +46,7 @@ func (h *Host) startPeers() error {
 			return &c, nil
 		},
 	}
-	h.rt.SetPeers(&runtime.Peers{List: h.peerURLs, TLS: tlsCfg, Log: logrus.WithField("component", "peers")})
+	h.rt.SetPeers(&runtime.Peers{List: h.peerURLs, Self: h.selfPeerURL, TLS: tlsCfg, Log: logrus.WithField("component", "peers")})
 	return nil
 }
 
@@ -58,15 +58,35 @@ func (h *Host) peerURLs() []string {
 	}
 	var out []string
 	for _, n := range nodes {
-		port := n.Status.DaemonEndpoints.KubeletEndpoint.Port
-		ip := nodeInternalIP(n)
-		if n.Name == h.cfg.Name || port == 0 || ip == "" || !nodeReady(n) {
+		if n.Name == h.cfg.Name {
 			continue
 		}
-		out = append(out, "https://"+net.JoinHostPort(ip, strconv.Itoa(int(port))))
+		if u := peerURL(n); u != "" {
+			out = append(out, u)
+		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+// selfPeerURL is this host's own content endpoint as its peers list it ("" until its Node is
+// Ready with an address).
+func (h *Host) selfPeerURL() string {
+	n, err := h.informers.Core().V1().Nodes().Lister().Get(h.cfg.Name)
+	if err != nil {
+		return ""
+	}
+	return peerURL(n)
+}
+
+// peerURL is the content endpoint of a Ready host that runs pods, "" for another Node.
+func peerURL(n *corev1.Node) string {
+	port := n.Status.DaemonEndpoints.KubeletEndpoint.Port
+	ip := nodeInternalIP(n)
+	if port == 0 || ip == "" || !nodeReady(n) {
+		return ""
+	}
+	return "https://" + net.JoinHostPort(ip, strconv.Itoa(int(port)))
 }
 
 // isPeer says whether name is another host of the site: its Node exists (a host removed with

@@ -312,14 +312,15 @@ func (r *Runtime) pullOnce(ctx context.Context, name string, cred *Credential, o
 	case peers != nil:
 		hosts = withPeers(hosts, peers.registryHost(opts.PeerTags))
 	}
+	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: hosts})
+	pullOpts := []containerd.RemoteOpt{containerd.WithPullUnpack, containerd.WithResolver(resolver),
+		containerd.WithPlatformMatcher(platforms.DefaultStrict())}
 	if peers != nil {
 		// Every miss at a peer is an info line of containerd's ("trying next host"): keep
 		// only its warnings.
 		ctx = clog.WithLogger(ctx, r.quietLog())
+		pullOpts = append(pullOpts, containerd.WithImageHandlerWrapper(peers.handlerWrapper))
 	}
-	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: hosts})
-	pullOpts := []containerd.RemoteOpt{containerd.WithPullUnpack, containerd.WithResolver(resolver),
-		containerd.WithPlatformMatcher(platforms.DefaultStrict())}
 	if progress := opts.Progress; progress != nil {
 		p := &pullProgress{}
 		pullOpts = append(pullOpts, containerd.WithImageHandler(images.HandlerFunc(p.handle)))

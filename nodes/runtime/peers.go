@@ -1,7 +1,9 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
@@ -31,6 +34,17 @@ import (
 // the registry (or its mirrors). A peer that is itself fetching the blob asked for answers once
 // it has it, so hosts that start the same image one after another fetch each layer from the
 // registry once per site.
+//
+// Hosts that start the same image at the same moment (a Deployment's replicas on several
+// hosts) all find that no peer has a blob yet. Each blob then has one designated host among
+// the site's hosts, the same for all of them (rendezvous hashing of the digest with the hosts'
+// endpoints): it fetches the blob from the registry at once, and the others ask it again,
+// waiting up to peerAwaitStart for its fetch to start and then for the blob, before they go to
+// the registry themselves. A host that is still asking its peers for a blob says it does not
+// have it, even though containerd has already opened its ingest (at offset 0), so that hosts
+// asking one another do not wait on each other. A host that pulls an image no other host
+// is pulling therefore waits up to peerAwaitStart once per round of blobs it is not designated
+// for.
 
 // PeerHostName is the name of the peers' pseudo-endpoint in pulls (never resolved: the
 // peer transport sends its requests to the peers themselves).
@@ -43,8 +57,18 @@ type Peers struct {
 	List func() []string
 	// TLS is the client configuration: the host's own certificate and the site's CA.
 	TLS *tls.Config
+	// Self returns this host's own base URL, in the form List gives the others' ("" when
+	// not known yet): with it, the hosts agree on which of them fetches a blob none has.
+	Self func() string
 	// Log receives which peer served what.
 	Log *logrus.Entry
+
+	// pending counts, by digest, this host's fetches of a blob that have not reached a
+	// source yet (containerd's ingest is open, the peers are being asked); fetching marks
+	// those whose lookup has ended (the bytes come from a peer or the registry).
+	lookMu   sync.Mutex
+	pending  map[digest.Digest]int
+	fetching map[digest.Digest]bool
 
 	once   sync.Once
 	client *http.Client
@@ -55,6 +79,13 @@ type Peers struct {
 // peerLookupTimeout bounds the wait for the peers' answers to a lookup. A peer without the
 // content answers at once; one fetching it answers when it has it (see peerIngestWait).
 const peerLookupTimeout = 5 * time.Minute
+
+// peerAwaitStart is how long the designated host of a blob, asked by a host that found it on no
+// peer, waits for its own fetch of the blob to start before it answers that it does not have it.
+var peerAwaitStart = 3 * time.Second
+
+// peerAwaitHeader marks a request to the designated host of a blob (see peerAwaitStart).
+const peerAwaitHeader = "Flotilla-Await-Fetch"
 
 // peerIngestStall is how long a peer waits for a fetch of a blob in progress on it that makes
 // no progress before answering that it does not have the blob.
@@ -124,7 +155,19 @@ func (t *peerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if _, err := digest.Parse(ref); err != nil && (kind != "manifests" || !t.resolveTags) {
 		return notFoundResponse(req), nil
 	}
-	peer := t.peers.find(req.Context(), req.URL.Path, req.URL.RawQuery, req.Header.Get("Accept"))
+	var peer string
+	if dgst, err := digest.Parse(ref); err == nil && kind == "blobs" {
+		// Until this returns, containerd's ingest of the blob is open and idle: peers asking
+		// this host are told it does not have the blob.
+		done := t.peers.lookFor(dgst)
+		peer = t.peers.find(req.Context(), req.URL.Path, req.URL.RawQuery, req.Header.Get("Accept"))
+		if peer == "" {
+			peer = t.peers.askDesignated(req.Context(), dgst, req.URL.Path, req.URL.RawQuery, req.Header.Get("Accept"))
+		}
+		done()
+	} else {
+		peer = t.peers.find(req.Context(), req.URL.Path, req.URL.RawQuery, req.Header.Get("Accept"))
+	}
 	if peer == "" {
 		return notFoundResponse(req), nil
 	}
@@ -164,13 +207,97 @@ func (p *Peers) logf(f logrus.Fields, err error, msg string) {
 	p.Log.WithFields(f).Debug(msg)
 }
 
+// hold records a fetch of dgst that has not reached a source, until the returned func is
+// called (with fetching: the fetch goes on, from a peer or the registry).
+func (p *Peers) hold(dgst digest.Digest) func(fetching bool) {
+	p.lookMu.Lock()
+	defer p.lookMu.Unlock()
+	if p.pending == nil {
+		p.pending, p.fetching = map[digest.Digest]int{}, map[digest.Digest]bool{}
+	}
+	p.pending[dgst]++
+	return func(fetching bool) {
+		p.lookMu.Lock()
+		defer p.lookMu.Unlock()
+		if fetching {
+			p.fetching[dgst] = true
+		}
+		if p.pending[dgst]--; p.pending[dgst] <= 0 {
+			delete(p.pending, dgst)
+			delete(p.fetching, dgst)
+		}
+	}
+}
+
+// lookFor records a lookup of dgst among the peers until the returned func is called.
+func (p *Peers) lookFor(dgst digest.Digest) func() {
+	done := p.hold(dgst)
+	return func() { done(true) }
+}
+
+// isLooking says whether this host has an ingest of dgst open without fetching it yet.
+func (p *Peers) isLooking(dgst digest.Digest) bool {
+	p.lookMu.Lock()
+	defer p.lookMu.Unlock()
+	return p.pending[dgst] > 0 && !p.fetching[dgst]
+}
+
+// handlerWrapper wraps a pull's image handlers: from the moment containerd opens the ingest
+// of a blob (before the peers are asked) until the blob is fetched, peers asking this host for
+// it are answered according to isLooking, not kept waiting on an ingest that has not started.
+func (p *Peers) handlerWrapper(h images.Handler) images.Handler {
+	return images.HandlerFunc(func(ctx context.Context, desc ocispec.Descriptor) ([]ocispec.Descriptor, error) {
+		done := p.hold(desc.Digest)
+		defer done(false)
+		return h.Handle(ctx, desc)
+	})
+}
+
+// designated is the host of bases that fetches dgst from the registry when no host has it:
+// the one whose endpoint hashes highest with the digest (rendezvous hashing), so that every
+// host with the same list picks the same one, and a host joining or leaving moves only the
+// blobs it is picked for.
+func designated(dgst digest.Digest, bases []string) string {
+	var best string
+	var bestSum [sha256.Size]byte
+	for _, b := range bases {
+		sum := sha256.Sum256([]byte(dgst.String() + "\x00" + b))
+		if best == "" || bytes.Compare(sum[:], bestSum[:]) > 0 {
+			best, bestSum = b, sum
+		}
+	}
+	return best
+}
+
+// askDesignated asks the designated host of dgst for it, when that is not this host, and
+// returns its base URL when it has the blob, "" to go to the registry.
+func (p *Peers) askDesignated(ctx context.Context, dgst digest.Digest, path, query, accept string) string {
+	if p.Self == nil || p.List == nil {
+		return ""
+	}
+	self, bases := p.Self(), p.List()
+	if self == "" || len(bases) == 0 {
+		return ""
+	}
+	d := designated(dgst, append(bases, self))
+	if d == self {
+		return ""
+	}
+	return p.ask(ctx, []string{d}, path, query, accept, "1")
+}
+
 // find asks every peer at once (HEAD) for path and returns the base URL of the first that
 // has it, or "".
 func (p *Peers) find(ctx context.Context, path, query, accept string) string {
 	if p.List == nil {
 		return ""
 	}
-	bases := p.List()
+	return p.ask(ctx, p.List(), path, query, accept, "")
+}
+
+// ask asks bases at once (HEAD) for path and returns the first that has it, or "". await is
+// the value of peerAwaitHeader ("": none).
+func (p *Peers) ask(ctx context.Context, bases []string, path, query, accept, await string) string {
 	if len(bases) == 0 {
 		return ""
 	}
@@ -186,6 +313,9 @@ func (p *Peers) find(ctx context.Context, path, query, accept string) string {
 			}
 			if accept != "" {
 				req.Header.Set("Accept", accept)
+			}
+			if await != "" {
+				req.Header.Set(peerAwaitHeader, await)
 			}
 			resp, err := p.httpClient().Do(req)
 			if err != nil {
@@ -256,6 +386,8 @@ type contentSource struct {
 	images func(ctx context.Context, name string) (ocispec.Descriptor, error)
 	ctx    func(context.Context) context.Context
 	log    *logrus.Entry
+	// looking says whether this host is asking its peers for a blob (nil: never).
+	looking func(digest.Digest) bool
 }
 
 // PeerHandler serves this host's image content to the site's other hosts (the caller
@@ -269,6 +401,10 @@ func (r *Runtime) PeerHandler() http.Handler {
 			return im.Target, err
 		},
 		ctx: r.ns, log: r.log,
+		looking: func(d digest.Digest) bool {
+			p := r.peerSet()
+			return p != nil && p.isLooking(d)
+		},
 	}
 }
 
@@ -306,8 +442,14 @@ func (s *contentSource) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		dgst, mediaType = desc.Digest, desc.MediaType
 	}
 	info, err := s.store.Info(ctx, dgst)
-	if errdefs.IsNotFound(err) && kind == "blobs" && s.waitIngest(ctx, dgst) {
-		info, err = s.store.Info(ctx, dgst)
+	if errdefs.IsNotFound(err) && kind == "blobs" {
+		if req.Header.Get(peerAwaitHeader) != "" {
+			s.awaitFetch(ctx, dgst)
+		}
+		// An ingest this host opened while it asks its peers is not a fetch: answer now.
+		if !s.isLooking(dgst) && s.waitIngest(ctx, dgst) {
+			info, err = s.store.Info(ctx, dgst)
+		}
 	}
 	if err != nil {
 		registryError(w, http.StatusNotFound, strings.ToUpper(strings.TrimSuffix(kind, "s"))+"_UNKNOWN", fmt.Sprintf("%s not on this host", dgst))
@@ -365,6 +507,44 @@ func manifestMediaType(r io.Reader) string {
 	return ""
 }
 
+func (s *contentSource) isLooking(dgst digest.Digest) bool {
+	return s.looking != nil && s.looking(dgst)
+}
+
+// awaitFetch waits up to peerAwaitStart for this host to have dgst or to fetch it (an ingest
+// of it, once this host is no longer asking its peers for it).
+func (s *contentSource) awaitFetch(ctx context.Context, dgst digest.Digest) {
+	deadline := time.Now().Add(peerAwaitStart)
+	for time.Now().Before(deadline) {
+		if _, err := s.store.Info(ctx, dgst); err == nil {
+			return
+		}
+		if !s.isLooking(dgst) && s.ingesting(ctx, dgst) >= 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// ingesting returns the offset of this host's ingest of dgst, -1 when there is none.
+func (s *contentSource) ingesting(ctx context.Context, dgst digest.Digest) int64 {
+	sts, err := s.store.ListStatuses(ctx)
+	if err != nil {
+		return -1
+	}
+	for _, st := range sts {
+		// containerd names a pull's ingests by remotes.MakeRefKey: "layer-sha256:...".
+		if st.Expected == dgst || strings.HasSuffix(st.Ref, "-"+dgst.String()) {
+			return st.Offset
+		}
+	}
+	return -1
+}
+
 // waitIngest waits while this host fetches dgst, as long as the fetch progresses, and says
 // whether the blob arrived.
 func (s *contentSource) waitIngest(ctx context.Context, dgst digest.Digest) bool {
@@ -374,21 +554,11 @@ func (s *contentSource) waitIngest(ctx context.Context, dgst digest.Digest) bool
 		if _, err := s.store.Info(ctx, dgst); err == nil {
 			return true
 		}
-		sts, err := s.store.ListStatuses(ctx)
-		if err != nil {
-			return false
+		offset := s.ingesting(ctx, dgst)
+		if offset >= 0 && offset != last {
+			last, progressed = offset, time.Now()
 		}
-		active := false
-		for _, st := range sts {
-			// containerd names a pull's ingests by remotes.MakeRefKey: "layer-sha256:...".
-			if st.Expected == dgst || strings.HasSuffix(st.Ref, "-"+dgst.String()) {
-				active = true
-				if st.Offset != last {
-					last, progressed = st.Offset, time.Now()
-				}
-			}
-		}
-		if !active || time.Since(progressed) > peerIngestStall {
+		if offset < 0 || time.Since(progressed) > peerIngestStall {
 			// A fetch that just committed is no longer listed: look once more.
 			_, err := s.store.Info(ctx, dgst)
 			return err == nil

@@ -33,6 +33,8 @@ type countingRegistry struct {
 	*httptest.Server
 	mu   sync.Mutex
 	hits map[string]int
+	// blobDelay delays every blob GET (a slow uplink), so that pulls overlap.
+	blobDelay time.Duration
 }
 
 func newCountingRegistry(t *testing.T) *countingRegistry {
@@ -42,7 +44,11 @@ func newCountingRegistry(t *testing.T) *countingRegistry {
 		if strings.Contains(r.URL.Path, "/blobs/") || strings.Contains(r.URL.Path, "/manifests/") {
 			c.mu.Lock()
 			c.hits[r.Method+" "+r.URL.Path]++
+			delay := c.blobDelay
 			c.mu.Unlock()
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+				time.Sleep(delay)
+			}
 		}
 		reg.ServeHTTP(w, r)
 	}))
@@ -79,6 +85,9 @@ type testHost struct {
 	mu     sync.Mutex
 	names  map[string]ocispec.Descriptor
 	server *httptest.Server
+	source *contentSource
+	// wrap wraps pull's handlers, as containerd's pull options do (nil: none).
+	wrap func(images.Handler) images.Handler
 }
 
 func newTestHost(t *testing.T) *testHost {
@@ -87,8 +96,9 @@ func newTestHost(t *testing.T) *testHost {
 		t.Fatal(err)
 	}
 	h := &testHost{store: store, names: map[string]ocispec.Descriptor{}}
-	h.server = httptest.NewServer(&contentSource{store: store, images: h.image,
-		ctx: func(c context.Context) context.Context { return c }})
+	h.source = &contentSource{store: store, images: h.image,
+		ctx: func(c context.Context) context.Context { return c }}
+	h.server = httptest.NewServer(h.source)
 	t.Cleanup(h.server.Close)
 	return h
 }
@@ -115,7 +125,11 @@ func (h *testHost) pull(ctx context.Context, ref string, hosts docker.RegistryHo
 	if err != nil {
 		return err
 	}
-	if err := images.Dispatch(ctx, images.Handlers(remotes.FetchHandler(h.store, fetcher), images.ChildrenHandler(h.store)), nil, desc); err != nil {
+	var handler images.Handler = images.Handlers(remotes.FetchHandler(h.store, fetcher), images.ChildrenHandler(h.store))
+	if h.wrap != nil {
+		handler = h.wrap(handler)
+	}
+	if err := images.Dispatch(ctx, handler, nil, desc); err != nil {
 		return err
 	}
 	h.mu.Lock()
@@ -371,5 +385,91 @@ func TestPeerHandlerWaitsForFetchInProgress(t *testing.T) {
 	}
 	if d := time.Since(start); d < peerIngestStall {
 		t.Fatalf("a stalled fetch was given up after %s, before %s without progress", d, peerIngestStall)
+	}
+}
+
+// Hosts that pull one image at the same moment fetch each blob from the registry once: the
+// designated host of each blob fetches it, the others wait for it. A host that pulls alone
+// still gets the image, from the registry, once the designated host has not started a fetch.
+func TestSimultaneousPullsFetchEachBlobOnce(t *testing.T) {
+	defer func(d time.Duration) { peerAwaitStart = d }(peerAwaitStart)
+	// Long enough for a designated host's goroutine to reach the blob on a loaded machine.
+	peerAwaitStart = 10 * time.Second
+	ctx := context.Background()
+	reg := newCountingRegistry(t)
+	ref := pushRandomImage(t, reg, "team/app")
+	reg.mu.Lock()
+	reg.blobDelay = 500 * time.Millisecond
+	reg.mu.Unlock()
+	upstream := upstreamHosts(t, reg)
+
+	hosts := []*testHost{newTestHost(t), newTestHost(t), newTestHost(t)}
+	peers := make([]*Peers, len(hosts))
+	for i, h := range hosts {
+		p := &Peers{
+			List: func() []string {
+				var out []string
+				for _, o := range hosts {
+					if o != h {
+						out = append(out, o.server.URL)
+					}
+				}
+				return out
+			},
+			Self: func() string { return h.server.URL },
+		}
+		peers[i] = p
+		h.source.looking = p.isLooking
+		h.wrap = p.handlerWrapper
+	}
+	start := make(chan struct{})
+	errs := make(chan error, len(hosts))
+	for i, h := range hosts {
+		go func() {
+			<-start
+			errs <- h.pull(ctx, ref, withPeers(upstream, peers[i].registryHost(false)))
+		}()
+	}
+	began := time.Now()
+	close(start)
+	for range hosts {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("3 hosts pulled at once in %s", time.Since(began).Round(time.Millisecond))
+	if n := reg.blobGets(); n != 3 {
+		t.Fatalf("3 hosts pulling at once fetched %d blobs from the registry, want 3 (config and two layers once): %v", n, reg.hits)
+	}
+	var fromPeers int64
+	for _, p := range peers {
+		fromPeers += p.BytesServed()
+	}
+	if fromPeers == 0 {
+		t.Fatal("no host got content from a peer")
+	}
+
+	// A fourth host pulls another image alone: no peer has it or fetches it.
+	peerAwaitStart = time.Second
+	other := pushRandomImage(t, reg, "team/other")
+	before := reg.blobGets()
+	h4 := newTestHost(t)
+	p4 := &Peers{
+		List: func() []string { return []string{hosts[0].server.URL, hosts[1].server.URL, hosts[2].server.URL} },
+		Self: func() string { return h4.server.URL },
+	}
+	h4.source.looking = p4.isLooking
+	h4.wrap = p4.handlerWrapper
+	began = time.Now()
+	if err := h4.pull(ctx, other, withPeers(upstream, p4.registryHost(false))); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(began)
+	t.Logf("a lone pull took %s", took.Round(time.Millisecond))
+	if n := reg.blobGets() - before; n != 3 {
+		t.Fatalf("a lone pull fetched %d blobs from the registry, want 3", n)
+	}
+	if took > 3*peerAwaitStart+5*time.Second {
+		t.Fatalf("a lone pull took %s: the designated hosts kept it waiting", took)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -33,9 +34,10 @@ import (
 // basic auth, listening in the root namespace on the site bridge's .254: a pod with the right
 // imagePullSecret runs; a wrong secret is ImagePullBackOff with the registry's 401. Peer image
 // sharing: an image of a 50 MiB layer started on host 1, then host 2, is fetched from the
-// registry once per blob; with the registry gone host 3 still starts it from its peers, and an
-// image side-loaded as a tarball on host 1 only runs on host 3. With the registry gone,
-// imagePullPolicy Always fails the start although the image is on the host.
+// registry once per blob, and so is an image the 3 hosts start at once; with the registry gone
+// host 3 still starts the first from its peers, and an image side-loaded as a tarball on host 1
+// only runs on host 3. With the registry gone, imagePullPolicy Always fails the start although
+// the image is on the host.
 func TestPrivateRegistry(t *testing.T) {
 	s := newSite(t, 3)
 	sideLoad(t, s)
@@ -52,6 +54,10 @@ func TestPrivateRegistry(t *testing.T) {
 	}
 	var mu sync.Mutex
 	blobGets := map[string]int{} // digest -> GETs answered
+	// The 3 hosts' GETs of the wide image's manifest are held until all 3 are in (or 30 s
+	// have passed), so that the hosts then look for its blobs at the same instant.
+	var wideGets int
+	wideTogether := make(chan struct{})
 	private := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if u, p, ok := r.BasicAuth(); !ok || u != "flo" || p != "s3cret" {
 			w.Header().Set("WWW-Authenticate", `Basic realm="e2e"`)
@@ -62,6 +68,17 @@ func TestPrivateRegistry(t *testing.T) {
 			mu.Lock()
 			blobGets[r.URL.Path[i+len("/blobs/"):]]++
 			mu.Unlock()
+		}
+		if strings.HasPrefix(r.URL.Path, "/v2/private/wide/manifests/sha256:") && r.Method == http.MethodGet {
+			mu.Lock()
+			if wideGets++; wideGets == 3 {
+				close(wideTogether)
+			}
+			mu.Unlock()
+			select {
+			case <-wideTogether:
+			case <-time.After(30 * time.Second):
+			}
 		}
 		reg.ServeHTTP(w, r)
 	})}}
@@ -85,16 +102,21 @@ func TestPrivateRegistry(t *testing.T) {
 	}
 	framework.PushImage(t, nil, push.URL, "private/hello", "v1", img, "")
 	image := regHost + "/private/hello:v1"
-	bigLayer, err := random.Layer(50<<20, types.DockerLayer)
-	if err != nil {
-		t.Fatal(err)
+	// pushLayered pushes hello with one more random layer of size bytes as repo:v1.
+	pushLayered := func(repo string, size int64) (v1.Image, string) {
+		layer, err := random.Layer(size, types.DockerLayer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		im, err := mutate.AppendLayers(img, layer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		framework.PushImage(t, nil, push.URL, repo, "v1", im, "")
+		return im, regHost + "/" + repo + ":v1"
 	}
-	big, err := mutate.AppendLayers(img, bigLayer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	framework.PushImage(t, nil, push.URL, "private/big", "v1", big, "")
-	bigImage := regHost + "/private/big:v1"
+	big, bigImage := pushLayered("private/big", 50<<20)
+	wide, wideImage := pushLayered("private/wide", 20<<20)
 
 	h := s.Hosts[0]
 	conf := fmt.Sprintf("configs:\n  %q:\n    tls: {ca_file: %s}\n", regHost, caFile)
@@ -153,16 +175,20 @@ func TestPrivateRegistry(t *testing.T) {
 	// Peer image sharing: host 1 pulls the big image from the registry, host 2 from host 1.
 	// The hello image's layer is side-loaded on every host already: only the config and the
 	// 50 MiB layer are new.
-	m, err := big.Manifest()
-	if err != nil {
-		t.Fatal(err)
+	// newBlobs are the config and the last layer of an image (the others are hello's).
+	newBlobs := func(im interface{ Manifest() (*v1.Manifest, error) }) []string {
+		m, err := im.Manifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []string{m.Config.Digest.String(), m.Layers[len(m.Layers)-1].Digest.String()}
 	}
-	bigBlobs := []string{m.Config.Digest.String(), m.Layers[len(m.Layers)-1].Digest.String()}
+	var wanted []string // blobs the registry must have answered once each
 	fetchedOnce := func(when string) {
 		t.Helper()
 		mu.Lock()
 		defer mu.Unlock()
-		for _, d := range bigBlobs {
+		for _, d := range wanted {
 			if blobGets[d] != 1 {
 				t.Fatalf("%s: the registry answered %d GETs of blob %s, want 1 for the whole site (all: %v)", when, blobGets[d], d, blobGets)
 			}
@@ -173,12 +199,31 @@ func TestPrivateRegistry(t *testing.T) {
 			}
 		}
 	}
+	wanted = newBlobs(big)
 	create(t, c, podOn(s.Hosts[0].Name, "big-1", bigImage, "regcred", corev1.PullIfNotPresent))
 	waitPod(t, c, "big-1", 3*time.Minute, "Running on "+s.Hosts[0].Name, running)
 	fetchedOnce("after host 1 started the image")
 	create(t, c, podOn(s.Hosts[1].Name, "big-2", bigImage, "regcred", corev1.PullIfNotPresent))
 	waitPod(t, c, "big-2", 3*time.Minute, "Running on "+s.Hosts[1].Name, running)
 	fetchedOnce("after host 2 started the image")
+
+	// The 3 hosts start another image at the same moment (a Deployment's replicas do), and
+	// the registry holds their manifest GETs until all 3 are in: each blob's designated host
+	// fetches it, the two others get it from there.
+	wanted = append(wanted, newBlobs(wide)...)
+	for i, host := range s.Hosts {
+		create(t, c, podOn(host.Name, fmt.Sprintf("wide-%d", i+1), wideImage, "regcred", corev1.PullIfNotPresent))
+	}
+	for i, host := range s.Hosts {
+		waitPod(t, c, fmt.Sprintf("wide-%d", i+1), 3*time.Minute, "Running on "+host.Name, running)
+	}
+	mu.Lock()
+	together := wideGets
+	mu.Unlock()
+	if together != 3 {
+		t.Fatalf("the registry answered %d GETs of the wide image's manifest, want 3 (one per host)", together)
+	}
+	fetchedOnce("after the 3 hosts started an image at once")
 
 	private.Close()
 	stopped = true
