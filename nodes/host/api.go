@@ -214,8 +214,9 @@ func (h *Host) startSite() error {
 	return nil
 }
 
-// startControllers runs the controllers while this host holds their Lease. The scheduler
-// holds a Lease of its own, so it can move independently of the controllers.
+// startControllers runs the controllers while this host leads their election (on an etcd
+// lease, recorded in the Lease kube-system/flotilla-controllers). The scheduler has an
+// election of its own, so it can move independently of the controllers.
 func (h *Host) startControllers() error {
 	enabled, err := SelectControllers(h.cfg.Controllers, h.cfg)
 	if err != nil {
@@ -235,9 +236,13 @@ func (h *Host) startControllers() error {
 			}()
 		}
 	}
+	kube, err := kubernetes.NewForConfig(h.ids.controllerManager)
+	if err != nil {
+		return err
+	}
 	for lease, list := range groups {
 		go func() {
-			_ = controllers.RunWhileLeader(h.runCtx, h.ids.controllerManager, lease, h.cfg.Name, controllers.LeaderConfig{},
+			_ = controllers.RunWhileLeader(h.runCtx, h.etcdClient, kube, lease, h.cfg.Name, controllers.LeaderConfig{},
 				func(ctx context.Context) {
 					if err := controllers.RunControllers(ctx, h.ids.controllerManager, list, func(c *controllers.Context) {
 						c.ConfigFor = h.ids.controller
@@ -247,6 +252,7 @@ func (h *Host) startControllers() error {
 							since, dead := h.dead.Since()[name]
 							return since, dead
 						}
+						c.HostAlive = h.gossip.Alive
 					}); err != nil {
 						h.log.WithError(err).WithField("lease", lease).Error("controllers")
 					}

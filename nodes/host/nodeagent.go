@@ -31,6 +31,9 @@ func (h *Host) startNodeAgent() error {
 	node := agent.NodeConfig{
 		Name: c.Name, Address: c.AdvertiseAddress, Labels: c.NodeLabels, DataDir: h.dataDir,
 		KubeletVersion: version.Get().GitVersion, NoPods: !c.Pods,
+		// Gossip tells the node lifecycle controller that this host is alive; the Lease
+		// says that it still reaches the API, and is renewed with the status report.
+		LeaseRenewInterval: agent.GossipLeaseRenewInterval, LeaseDuration: agent.GossipLeaseDuration,
 	}
 	if c.Pods {
 		self, err := os.Executable()

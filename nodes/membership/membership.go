@@ -207,6 +207,14 @@ func (m *Membership) Members() []Member {
 	return out
 }
 
+// Alive reports whether gossip sees the host alive now (not suspect, dead, gone or banned).
+func (m *Membership) Alive(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mem, ok := m.members[name]
+	return ok && mem.State == Alive && !m.isBanned(name)
+}
+
 // Events delivers member changes.
 func (m *Membership) Events() <-chan Event { return m.events }
 

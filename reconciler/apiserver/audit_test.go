@@ -17,6 +17,7 @@ import (
 	auditinternal "k8s.io/apiserver/pkg/apis/audit"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"k8s.io/apiserver/pkg/audit/policy"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 )
 
@@ -264,5 +265,43 @@ func TestSecretsAtMostMetadata(t *testing.T) {
 	none := secretsAtMostMetadata{policy.NewFakePolicyRuleEvaluator(auditinternal.LevelNone, nil)}
 	if got := none.EvaluatePolicyRule(authorizer.AttributesRecord{ResourceRequest: true, Resource: "secrets"}).Level; got != auditinternal.LevelNone {
 		t.Errorf("None raised to %s", got)
+	}
+}
+
+// TestDefaultAuditPolicyLeavesOutComponentReads: the default policy does not log what
+// flotilla's components read (an idle site reads itself about once a second), but logs
+// their writes and everything users do.
+func TestDefaultAuditPolicyLeavesOutComponentReads(t *testing.T) {
+	eval := policy.NewPolicyRuleEvaluator(DefaultAuditPolicy())
+	res := func(u user.Info, verb, resource string) authorizer.Attributes {
+		return authorizer.AttributesRecord{User: u, Verb: verb, Resource: resource, Namespace: "default", ResourceRequest: true, APIVersion: "v1"}
+	}
+	node := &user.DefaultInfo{Name: "system:node:host-1", Groups: []string{"system:nodes", user.AllAuthenticated}}
+	scheduler := &user.DefaultInfo{Name: "system:kube-scheduler", Groups: []string{user.AllAuthenticated}}
+	gitsync := &user.DefaultInfo{Name: "system:controller:gitsync", Groups: []string{user.AllAuthenticated}}
+	loopback := &user.DefaultInfo{Name: user.APIServerUser, Groups: []string{user.SystemPrivilegedGroup}}
+	alice := &user.DefaultInfo{Name: "alice", Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}}
+	sa := &user.DefaultInfo{Name: "system:serviceaccount:default:app", Groups: []string{"system:serviceaccounts", user.AllAuthenticated}}
+	for _, tc := range []struct {
+		name  string
+		attrs authorizer.Attributes
+		want  auditinternal.Level
+	}{
+		{"a host reads its Node", res(node, "get", "nodes"), auditinternal.LevelNone},
+		{"a host updates its Lease", res(node, "update", "leases"), auditinternal.LevelMetadata},
+		{"the scheduler lists pods", res(scheduler, "list", "pods"), auditinternal.LevelNone},
+		{"the scheduler binds a pod", res(scheduler, "create", "pods"), auditinternal.LevelMetadata},
+		{"gitsync reads a Lease", res(gitsync, "get", "leases"), auditinternal.LevelNone},
+		{"gitsync patches a Deployment", res(gitsync, "patch", "deployments"), auditinternal.LevelMetadata},
+		{"the API server reads a Service", res(loopback, "get", "services"), auditinternal.LevelNone},
+		{"a user reads a Secret", res(alice, "get", "secrets"), auditinternal.LevelMetadata},
+		{"a user lists pods", res(alice, "list", "pods"), auditinternal.LevelMetadata},
+		{"a service account reads a ConfigMap", res(sa, "get", "configmaps"), auditinternal.LevelMetadata},
+		{"a health check", authorizer.AttributesRecord{User: alice, Verb: "get", Path: "/readyz"}, auditinternal.LevelNone},
+		{"a user reads /openapi/v3", authorizer.AttributesRecord{User: alice, Verb: "get", Path: "/openapi/v3"}, auditinternal.LevelMetadata},
+	} {
+		if got := eval.EvaluatePolicyRule(tc.attrs).Level; got != tc.want {
+			t.Errorf("%s: level %s, want %s", tc.name, got, tc.want)
+		}
 	}
 }

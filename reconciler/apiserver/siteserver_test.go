@@ -3,7 +3,6 @@ package apiserver
 import (
 	"context"
 	"net"
-	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,12 +11,12 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
 
+	"github.com/flotilla-dev/flotilla/internal/etcdtest"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/validation"
 	"github.com/flotilla-dev/flotilla/reconciler/pki"
 )
@@ -34,46 +33,10 @@ const (
 	testAdminUser  = "alice"
 )
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func freePort(t *testing.T) int { return etcdtest.FreePort(t) }
 
-// startTestEtcd runs a one-member etcd (plain HTTP on loopback) for the test; it returns its
-// client URL and a client.
-func startTestEtcd(t *testing.T) (string, *clientv3.Client) {
-	t.Helper()
-	ec := embed.NewConfig()
-	ec.Dir = t.TempDir()
-	ec.LogLevel = "error"
-	client := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(freePort(t))}
-	peer := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(freePort(t))}
-	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
-	ec.ListenMetricsUrls = nil
-	e, err := embed.StartEtcd(ec)
-	if err != nil {
-		t.Fatalf("start etcd: %v", err)
-	}
-	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(time.Minute):
-		t.Fatal("etcd not ready after a minute")
-	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{client.String()}, DialTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return client.String(), c
-}
+// startTestEtcd runs a one-member etcd for the test; it returns its client URL and a client.
+func startTestEtcd(t *testing.T) (string, *clientv3.Client) { return etcdtest.Start(t) }
 
 // startTestServer runs New on etcdURL with a serving certificate of a test CA, the admin
 // token and what mutate sets, until stop or the end of the test; it returns a client of

@@ -36,6 +36,8 @@ type Context struct {
 	// HostDeadSince reports since when gossip considers a host dead (nil when gossip is not
 	// available, as in controller tests).
 	HostDeadSince func(name string) (time.Time, bool)
+	// HostAlive reports whether gossip sees a host alive now (nil without gossip).
+	HostAlive func(name string) bool
 	// RootCA is the site CA certificate (PEM) that the rootca controller publishes in every
 	// namespace as ConfigMap kube-root-ca.crt, for pods to verify the API server.
 	RootCA []byte

@@ -13,7 +13,7 @@ import (
 const (
 	// ControllerManagerUser is the identity of what the controllers share: the informer
 	// factories (Informers and MetadataInformers of the controllers' Context), the event
-	// recorder every controller reports with, and the leader election of the Leases
+	// recorder every controller reports with, and the record of the elected leaders in the Leases
 	// kube-system/flotilla-controllers and kube-system/flotilla-scheduler.
 	ControllerManagerUser = "system:kube-controller-manager"
 	// SchedulerUser is the identity of the scheduler, the controller named "scheduler":
@@ -109,9 +109,10 @@ func verbs(v ...string) []string { return v }
 // Other calls:
 //   - the event recorder (record.EventBroadcaster): events create, and patch when it
 //     counts a repeated event; it never updates them, and writes no events.k8s.io events;
-//   - leader election (resourcelock.LeaseLock in controllers.RunWhileLeader): get of the
-//     Lease, create when there is none, update to renew and release it; only the Leases
-//     flotilla-controllers and flotilla-scheduler (nodes/host startControllers).
+//   - leader election (controllers.RunWhileLeader) runs on an etcd lease; the host that
+//     wins records itself as the holder of its Lease: get, create when there is none,
+//     update; only the Leases flotilla-controllers and flotilla-scheduler (nodes/host
+//     startControllers).
 //
 // gitsync's warm-cache watcher (gitsync.RunWarm) runs as gitsync, not with this identity.
 var controllerManagerRules = []rbacv1.PolicyRule{

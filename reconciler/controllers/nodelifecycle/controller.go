@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/internal"
@@ -87,8 +88,10 @@ func (c Config) withDefaults() Config {
 // clock skew between hosts look like (or hide) a dead node.
 type health struct {
 	heartbeat, renew time.Time
-	probe            time.Time
-	stale            bool
+	// probe is when the node last showed a sign of life: a heartbeat through the API, or
+	// gossip seeing its host alive. api is when a heartbeat through the API last changed.
+	probe, api time.Time
+	stale      bool
 }
 
 // Controller is the node lifecycle controller.
@@ -96,18 +99,20 @@ type Controller struct {
 	cfg Config
 	// hostDeadSince is gossip's view of dead hosts (nil without gossip).
 	hostDeadSince func(name string) (time.Time, bool)
-	client        kubernetes.Interface
-	nodeLister    corelisters.NodeLister
-	leaseLister   coordlisters.LeaseLister
-	podLister     corelisters.PodLister
-	podIndexer    cache.Indexer
-	synced        []cache.InformerSynced
-	nodeQueue     workqueue.TypedRateLimitingInterface[string]
-	podQueue      workqueue.TypedRateLimitingInterface[string]
-	recorder      record.EventRecorder
-	limiter       flowcontrol.RateLimiter
-	now           func() time.Time
-	log           *logrus.Entry
+	// hostAlive reports whether gossip sees a host alive now (nil without gossip).
+	hostAlive   func(name string) bool
+	client      kubernetes.Interface
+	nodeLister  corelisters.NodeLister
+	leaseLister coordlisters.LeaseLister
+	podLister   corelisters.PodLister
+	podIndexer  cache.Indexer
+	synced      []cache.InformerSynced
+	nodeQueue   workqueue.TypedRateLimitingInterface[string]
+	podQueue    workqueue.TypedRateLimitingInterface[string]
+	recorder    record.EventRecorder
+	limiter     flowcontrol.RateLimiter
+	now         func() time.Time
+	log         *logrus.Entry
 
 	mu     sync.Mutex
 	health map[string]*health
@@ -147,6 +152,7 @@ func NewController(cctx *controllers.Context, cfg Config) (*Controller, error) {
 	c := &Controller{
 		cfg:           cfg,
 		hostDeadSince: cctx.HostDeadSince,
+		hostAlive:     cctx.HostAlive,
 		client:        cctx.Client,
 		nodeLister:    nodeInformer.Lister(),
 		leaseLister:   leaseInformer.Lister(),
@@ -320,8 +326,12 @@ func (c *Controller) observe(node *corev1.Node, now time.Time) bool {
 	if cond := condition(node, corev1.NodeReady); cond != nil {
 		heartbeat = cond.LastHeartbeatTime.Time
 	}
+	apiGrace := c.cfg.GracePeriod
 	if lease, err := c.leaseLister.Leases(corev1.NamespaceNodeLease).Get(node.Name); err == nil && lease.Spec.RenewTime != nil {
 		renew = lease.Spec.RenewTime.Time
+		if d := time.Duration(ptr.Deref(lease.Spec.LeaseDurationSeconds, 0)) * time.Second; d > apiGrace {
+			apiGrace = d
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -329,14 +339,21 @@ func (c *Controller) observe(node *corev1.Node, now time.Time) bool {
 	if h == nil {
 		// A node seen for the first time (or after a controller restart) gets a full grace
 		// period, as upstream.
-		h = &health{heartbeat: heartbeat, renew: renew, probe: now}
+		h = &health{heartbeat: heartbeat, renew: renew, probe: now, api: now}
 		c.health[node.Name] = h
 	}
 	if !heartbeat.Equal(h.heartbeat) || !renew.Equal(h.renew) {
-		h.heartbeat, h.renew, h.probe = heartbeat, renew, now
+		h.heartbeat, h.renew, h.probe, h.api = heartbeat, renew, now, now
+	}
+	// Gossip carries a host's liveness without writing anything: while it sees the host
+	// alive, the node is alive, and the host renews its Lease rarely (its leaseDurationSeconds
+	// says how rarely). The heartbeats through the API must still come within that duration:
+	// a host that gossips but cannot write to the API is not healthy.
+	if c.hostAlive != nil && c.hostAlive(node.Name) {
+		h.probe = now
 	}
 	wasStale := h.stale
-	h.stale = now.Sub(h.probe) > c.cfg.GracePeriod
+	h.stale = now.Sub(h.probe) > c.cfg.GracePeriod || now.Sub(h.api) > apiGrace
 	// Gossip sees a dead host within seconds: do not wait for the whole grace period then.
 	// Unless the host renewed its heartbeat after gossip lost it: after a partition heals,
 	// gossip takes a few seconds to reconnect, and a controller that has just taken over
