@@ -25,14 +25,14 @@ func TestOneJSONLogStream(t *testing.T) {
 	}
 	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--log-format", "json", "--config", cfg}})
 	ctx := context.Background()
-	// Wait for the Node (its labels come from the config file) and the controllers' lease:
-	// by then client-go's leader election has logged too.
+	// Wait for the Node (its labels come from the config file) and the controllers' leader:
+	// by then client-go's informers have logged too.
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		n, err := a.Client().CoreV1().Nodes().Get(ctx, a.Name, metav1.GetOptions{})
-		return err == nil && n.Labels["site"] == "from-config-file" && strings.Contains(a.Logs(), "acquired lease"), nil
+		return err == nil && n.Labels["site"] == "from-config-file" && strings.Contains(a.Logs(), "became leader"), nil
 	})
 	if err != nil {
-		t.Fatalf("Node with the label of the config file and a leader lease: %v\n%s", err, a.Logs())
+		t.Fatalf("Node with the label of the config file and a leader: %v\n%s", err, a.Logs())
 	}
 	if _, err := a.Stop(); err != nil {
 		t.Fatal(err)
@@ -56,7 +56,7 @@ func TestOneJSONLogStream(t *testing.T) {
 			sources["etcd"] = true
 		case comp == "klog" && strings.HasPrefix(msg, "Serving securely on"):
 			sources["apiserver"] = true
-		case comp == "klog" && strings.Contains(msg, "acquired lease"):
+		case comp == "klog" && (strings.Contains(msg, "Waiting for caches to sync") || strings.Contains(msg, "Caches are synced")):
 			sources["client-go"] = true
 		}
 	}
