@@ -91,9 +91,11 @@ bench-scheduler: deps build
 		$(GO) test -run '^$$' -bench BenchmarkScheduler -benchtime 1x -timeout 30m ./test/scheduler/
 
 ## bench-proxy: nftables full sync and single-Service update (1,000 and 10,000 Services x 10
-## endpoints, in a test namespace), DNS answers and the Ingress proxy per request.
+## endpoints, in a test namespace), NetworkPolicy full sync and one-pod change (1,000 policies,
+## 5,000 pods), DNS answers and the Ingress proxy per request.
 bench-proxy: deps build
 	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench . -benchtime 3x -timeout 30m ./proxy/services/
+	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench . -benchtime 5x -timeout 20m ./proxy/netpol/
 	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench . -timeout 10m ./proxy/dns/ ./proxy/ingress/
 
 ## bench-e2e: a 3-host site: git commit -> new version answering through every ingress, and

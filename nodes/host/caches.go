@@ -60,6 +60,8 @@ func (h *Host) startIdentities() error {
 		checkpoint.Typed("endpointslices", &discoveryv1.EndpointSlice{}, cs.DiscoveryV1().EndpointSlices(""), nil),
 		checkpoint.Typed("ingresses", &networkingv1.Ingress{}, cs.NetworkingV1().Ingresses(""), nil),
 		checkpoint.Typed("ingressclasses", &networkingv1.IngressClass{}, cs.NetworkingV1().IngressClasses(), nil),
+		checkpoint.Typed("namespaces", &corev1.Namespace{}, cs.CoreV1().Namespaces(), nil),
+		checkpoint.Typed("networkpolicies", &networkingv1.NetworkPolicy{}, cs.NetworkingV1().NetworkPolicies(""), nil),
 	)
 	h.checkpoints.Register(ctx, h.podInformers, checkpoint.Typed("pods", &corev1.Pod{}, cs.CoreV1().Pods(""), func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", h.cfg.Name).String()

@@ -21,6 +21,7 @@ import (
 	"github.com/flotilla-dev/flotilla/nodes/runtime"
 	"github.com/flotilla-dev/flotilla/proxy/dns"
 	"github.com/flotilla-dev/flotilla/proxy/ingress"
+	"github.com/flotilla-dev/flotilla/proxy/netpol"
 	"github.com/flotilla-dev/flotilla/proxy/services"
 )
 
@@ -156,7 +157,7 @@ func ensureServiceRoute(serviceCIDR string) error {
 	return nil
 }
 
-// startProxy runs Service IPs, cluster DNS and the Ingress proxy.
+// startProxy runs Service IPs, NetworkPolicies, cluster DNS and the Ingress proxy.
 func (h *Host) startProxy() error {
 	c, ctx, log := h.cfg, h.runCtx, h.log
 	if !c.Proxy {
@@ -170,6 +171,13 @@ func (h *Host) startProxy() error {
 			Log: logrus.WithField("component", "services"), Informers: h.informers})
 		if err != nil && ctx.Err() == nil {
 			log.WithError(err).Error("service proxy stopped: ClusterIPs on this host no longer follow their Services")
+		}
+	}()
+	go func() {
+		err := netpol.Run(ctx, netpol.Config{NodeName: c.Name, Informers: h.informers, PodInformers: h.dnsPodInformers,
+			Log: logrus.WithField("component", "netpol")})
+		if err != nil && ctx.Err() == nil {
+			log.WithError(err).Error("network policy controller stopped: this host's pods no longer follow their NetworkPolicies")
 		}
 	}()
 	dnsIP := net.ParseIP(c.ClusterDNS)

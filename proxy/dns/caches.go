@@ -85,18 +85,23 @@ func InformerCaches(f, podFactory informers.SharedInformerFactory) (Caches, []ca
 	return c, []cache.InformerSynced{svc.HasSynced, eps.HasSynced, pods.HasSynced}, nil
 }
 
-// SlimObjects is an informer transform that keeps only what the DNS server reads, so a host
-// holding every Pod of the cluster does not hold their specs. Use it only on a factory that
-// nothing but the DNS server reads: other users of the objects need what it drops.
+// SlimObjects is an informer transform that keeps only what the DNS server and the network
+// policy controller read (names, labels, node, addresses, phase, readiness, container
+// ports), so a host holding every Pod of the cluster does not hold their specs. Use it only
+// on a factory that nothing else reads: other users of the objects need what it drops.
 func SlimObjects(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace, UID: o.UID,
+			ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace, UID: o.UID, Labels: o.Labels,
 				ResourceVersion: o.ResourceVersion, DeletionTimestamp: o.DeletionTimestamp},
-			Spec:   corev1.PodSpec{Hostname: o.Spec.Hostname, Subdomain: o.Spec.Subdomain},
+			Spec: corev1.PodSpec{Hostname: o.Spec.Hostname, Subdomain: o.Spec.Subdomain,
+				NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork},
 			Status: corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
 		}
+		// Network policies select pods by labels, place them by node and resolve named ports.
+		p.Spec.InitContainers = slimPorts(o.Spec.InitContainers)
+		p.Spec.Containers = slimPorts(o.Spec.Containers)
 		for _, c := range o.Status.Conditions {
 			if c.Type == corev1.PodReady {
 				p.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
@@ -108,6 +113,17 @@ func SlimObjects(obj any) (any, error) {
 		return obj, nil
 	}
 	return obj, nil
+}
+
+// slimPorts keeps of each container its name and ports, and only those that have ports.
+func slimPorts(cs []corev1.Container) []corev1.Container {
+	var out []corev1.Container
+	for _, c := range cs {
+		if len(c.Ports) > 0 {
+			out = append(out, corev1.Container{Name: c.Name, Ports: c.Ports})
+		}
+	}
+	return out
 }
 
 // canonIP returns the canonical text of an IP address, or "" when s is not one.

@@ -6,47 +6,17 @@ import (
 	"math/rand"
 	"net"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/flotilla-dev/flotilla/test/framework"
+	"github.com/flotilla-dev/flotilla/test/netnstest"
 	"github.com/vishvananda/netns"
 )
 
-// requireNetAdmin skips (or fails in CI) when the test cannot create network namespaces and
-// program nftables.
-func requireNetAdmin(t testing.TB) {
-	t.Helper()
-	missing := ""
-	if os.Geteuid() != 0 {
-		missing = "root"
-	}
-	for _, bin := range []string{"ip", "nft", "nsenter"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			missing += " " + bin
-		}
-	}
-	if missing == "" {
-		return
-	}
-	msg := "needs root, iproute2 (ip), nftables (nft) and util-linux (nsenter); missing:" + missing
-	if framework.InCI() {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-}
-
-func sh(t testing.TB, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
+func requireNetAdmin(t testing.TB)           { netnstest.RequireNetAdmin(t) }
+func sh(t testing.TB, args ...string) string { t.Helper(); return netnstest.Sh(t, args...) }
 
 // inNS runs a command inside the named network namespace.
 func inNS(t testing.TB, ns string, args ...string) string {
@@ -54,13 +24,7 @@ func inNS(t testing.TB, ns string, args ...string) string {
 	return sh(t, append([]string{"nsenter", "--net=/run/netns/" + ns}, args...)...)
 }
 
-// newNetns creates /run/netns/<name> and deletes it when the test ends.
-func newNetns(t testing.TB, name string) {
-	t.Helper()
-	sh(t, "ip", "netns", "add", name)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	sh(t, "ip", "-n", name, "link", "set", "lo", "up")
-}
+func newNetns(t testing.TB, name string) { t.Helper(); netnstest.New(t, name) }
 
 func randSuffix() string { return fmt.Sprintf("%05d", rand.Intn(100000)) }
 

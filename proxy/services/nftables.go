@@ -10,8 +10,9 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
-	"github.com/mdlayher/netlink"
 	"github.com/sirupsen/logrus"
+
+	"github.com/flotilla-dev/flotilla/internal/nftconn"
 	"golang.org/x/sys/unix"
 )
 
@@ -65,38 +66,7 @@ func NewNftables(o NftablesOptions) *Nftables {
 	return &Nftables{opts: o, tbl: &nftables.Table{Name: o.Table, Family: nftables.TableFamilyIPv4}}
 }
 
-// Big batches (10,000 Services) carry tens of thousands of messages, each acknowledged: the
-// default socket buffers would truncate the batch (EMSGSIZE) or drop acks (ENOBUFS). The
-// FORCE variants need CAP_NET_ADMIN, which programming nftables needs anyway; these are
-// limits, the kernel only uses what a batch needs.
-const (
-	nlSendBuf = 1 << 30
-	nlRecvBuf = 1 << 28
-)
-
-func (n *Nftables) conn() (*nftables.Conn, error) {
-	opts := []nftables.ConnOption{nftables.WithSockOptions(func(c *netlink.Conn) error {
-		rc, err := c.SyscallConn()
-		if err != nil {
-			return err
-		}
-		var serr error
-		if err := rc.Control(func(fd uintptr) {
-			if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, nlSendBuf); e != nil {
-				serr = e
-				return
-			}
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, nlRecvBuf)
-		}); err != nil {
-			return err
-		}
-		return serr
-	})}
-	if n.opts.NetNSFd > 0 {
-		opts = append(opts, nftables.WithNetNSFd(n.opts.NetNSFd))
-	}
-	return nftables.New(opts...)
-}
+func (n *Nftables) conn() (*nftables.Conn, error) { return nftconn.New(n.opts.NetNSFd) }
 
 // Apply programs ds: incrementally against what was applied last, or as one atomic rebuild of
 // the whole table when nothing is known yet or the incremental batch failed.

@@ -6,7 +6,6 @@ package unenforced
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -34,8 +33,6 @@ var Kinds = []Kind{
 		"no quota admission or quota controller runs, so objects are created whatever the quota allows and status.used is never filled"},
 	{corev1.Resource("limitranges"), "v1", "LimitRange",
 		"no LimitRanger admission runs, so pods get no default requests or limits from it and are not checked against its minimum and maximum"},
-	{networkingv1.Resource("networkpolicies"), "v1", "NetworkPolicy",
-		"pod traffic is not filtered: every pod can reach every other pod"},
 }
 
 // Message is the warning and event message for k.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -73,8 +74,10 @@ func sourceState(dyn dynamic.Interface, name string) (ready bool, state string) 
 
 // TestRealRepositories applies repositories shaped like real ones through gitsync, each in one
 // commit: an operator (CRDs with versions, CEL rules and subresources, RBAC, a controller
-// Deployment and a validating webhook served by it) and a web application (PriorityClass, PDB,
-// HPA, NetworkPolicy). Then `kubectl top` and the HPA scaling the application under load.
+// Deployment and a validating webhook served by it), a web application (PriorityClass, PDB,
+// HPA, NetworkPolicy) and a monitoring stack with kube-prometheus's NetworkPolicies. Then
+// `kubectl top`, the HPA scaling the application under load, and the policies isolating the
+// monitoring pods as written.
 func TestRealRepositories(t *testing.T) {
 	s := newSite(t, 2)
 	sideLoad(t, s)
@@ -99,7 +102,8 @@ func TestRealRepositories(t *testing.T) {
 	b64 := base64.StdEncoding.EncodeToString
 	operator := fixtureRepo(t, "operator", map[string]string{"CA_BUNDLE": b64(cert), "TLS_CRT": b64(cert), "TLS_KEY": b64(key)})
 	webapp := fixtureRepo(t, "webapp", nil)
-	for name, repo := range map[string]*devsite.GitRepo{"operator": operator, "webapp": webapp} {
+	monitoring := fixtureRepo(t, "monitoring", nil)
+	for name, repo := range map[string]*devsite.GitRepo{"operator": operator, "webapp": webapp, "monitoring": monitoring} {
 		apply(t, h, siteDeployer+fmt.Sprintf(`apiVersion: flotilla.dev/v1alpha1
 kind: GitSource
 metadata: {name: %s, namespace: kube-system}
@@ -241,6 +245,138 @@ spec: {url: %q, ref: {branch: main}, interval: 3s, serviceAccountName: site-depl
 		out := kubectlOut(t, h, "top", "nodes", "--no-headers")
 		if n := len(strings.Split(strings.TrimSpace(out), "\n")); n != 2 || !strings.Contains(out, "host-1") || !strings.Contains(out, "host-2") {
 			t.Errorf("kubectl top nodes:\n%s", out)
+		}
+	})
+
+	// Last, so that its probes do not delay the HPA subtest, whose load lasts 90 s from the
+	// start of the web pod.
+	t.Run("kube-prometheus-shaped policies applied from git isolate as written", func(t *testing.T) {
+		waitFor(t, 3*time.Minute, "monitoring GitSource Ready", func() (bool, string) { return sourceState(dyn, "monitoring") })
+		// Where the probes run: kubectl exec into a Deployment's pod.
+		clients := map[string]struct{ ns, deploy string }{
+			"prometheus":   {"monitoring", "prometheus-k8s"},
+			"grafana":      {"monitoring", "grafana"},
+			"alertmanager": {"monitoring", "alertmanager-main"},
+			"ksm":          {"monitoring", "kube-state-metrics"},
+			"probe":        {"monitoring", "probe"},
+			"outside":      {"outside", "client"},
+		}
+		for _, name := range []string{"prometheus", "grafana", "alertmanager", "ksm", "probe", "outside"} {
+			d := clients[name]
+			// The servers' readiness probes come from the host, which every policy lets in.
+			waitFor(t, 2*time.Minute, d.ns+"/"+d.deploy+" available", func() (bool, string) {
+				n, msg := availableReplicas(c, d.ns, d.deploy)
+				return n == 1, msg
+			})
+		}
+		// The servers' pod IPs (one Running pod each) and prometheus-k8s's ClusterIP.
+		podIP := func(name string) string {
+			var ip string
+			waitFor(t, time.Minute, "one running "+name+" pod with an IP", func() (bool, string) {
+				pods, err := c.CoreV1().Pods("monitoring").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + name})
+				if err != nil {
+					return false, err.Error()
+				}
+				var ips []string
+				for _, p := range pods.Items {
+					if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+						ips = append(ips, p.Status.PodIP)
+					}
+				}
+				if len(ips) != 1 {
+					return false, fmt.Sprintf("%d pods, running with an IP: %v", len(pods.Items), ips)
+				}
+				ip = ips[0]
+				return true, ""
+			})
+			return ip
+		}
+		prometheus := net.JoinHostPort(podIP("prometheus"), "9090")
+		grafana := net.JoinHostPort(podIP("grafana"), "3000")
+		alertmanager := net.JoinHostPort(podIP("alertmanager"), "9093")
+		ksm := net.JoinHostPort(podIP("kube-state-metrics"), "8443")
+		service := net.JoinHostPort(kubectlOut(t, h, "get", "service", "-n", "monitoring", "prometheus-k8s", "-o", "jsonpath={.spec.clusterIP}"), "9090")
+		t.Logf("pods:\n%s%s", kubectlOut(t, h, "get", "pods", "-n", "monitoring", "-o", "wide"), kubectlOut(t, h, "get", "pods", "-n", "outside", "-o", "wide"))
+
+		// dial connects from a client's pod to addr with the toolbox: "connected", or an error
+		// holding the toolbox's "dial tcp ADDR: ..." when the connection failed.
+		dial := func(from, addr string) (string, error) {
+			d := clients[from]
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			out, err := h.Kubectl(ctx, "", "exec", "-n", d.ns, "deploy/"+d.deploy, "--", "/app", "dial", addr)
+			return strings.TrimSpace(out), err
+		}
+		// connects expects from to reach to at addr within a minute (rules follow pods and
+		// policies asynchronously) and says whether it did.
+		connects := func(from, to, addr string) bool {
+			t.Helper()
+			got := ""
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+				out, err := dial(from, addr)
+				if err == nil && out == "connected" {
+					t.Logf("%s -> %s (%s): connected", from, to, addr)
+					return true
+				}
+				got = fmt.Sprintf("%q, %v", out, err)
+				if time.Now().After(deadline) {
+					break
+				}
+			}
+			t.Errorf("from %s to %s (%s): expected connected; got %s for a minute", from, to, addr, got)
+			return false
+		}
+		// refused expects the connection from from to to at addr to fail, twice in a row,
+		// within 30 s. Call it after a pair the same policy admits connected, so that the
+		// policy is in force but for the rules still on their way.
+		refused := func(from, to, addr string) {
+			t.Helper()
+			failures, got := 0, ""
+			for deadline := time.Now().Add(30 * time.Second); failures < 2; {
+				out, err := dial(from, addr)
+				switch {
+				case err != nil && strings.Contains(out+err.Error(), "dial tcp "+addr):
+					failures++
+					got = err.Error()
+				case err == nil:
+					failures = 0
+					got = fmt.Sprintf("%q", out)
+				default: // kubectl exec failed: says nothing about the connection
+					got = err.Error()
+				}
+				if failures < 2 && time.Now().After(deadline) {
+					t.Errorf("from %s to %s (%s): expected refused (the dial failing); got %s", from, to, addr, got)
+					return
+				}
+			}
+			t.Logf("%s -> %s (%s): refused: %s", from, to, addr, got)
+		}
+
+		// prometheus-k8s admits prometheus and grafana on 9090, in the pod's own namespace
+		// and not the namespace as a whole; grafana's allow-all egress lets it out.
+		if connects("grafana", "prometheus-k8s pod", prometheus) {
+			refused("outside", "prometheus-k8s pod", prometheus)
+			refused("probe", "prometheus-k8s pod", prometheus)
+		}
+		// Through the Service: the policy applies to the pod the ClusterIP resolved to.
+		if connects("grafana", "prometheus-k8s Service", service) {
+			refused("outside", "prometheus-k8s Service", service)
+		}
+		// And what it admits still connects while it refuses the others.
+		connects("grafana", "prometheus-k8s pod", prometheus)
+		connects("grafana", "prometheus-k8s Service", service)
+
+		// grafana's port is open to every source, of any namespace.
+		connects("outside", "grafana pod", grafana)
+		connects("probe", "grafana pod", grafana)
+
+		// alertmanager-main and kube-state-metrics admit prometheus only (whose egress is
+		// open to all): grafana's egress is open too, but their ingress refuses it.
+		if connects("prometheus", "alertmanager-main pod", alertmanager) {
+			refused("grafana", "alertmanager-main pod", alertmanager)
+		}
+		if connects("prometheus", "kube-state-metrics pod", ksm) {
+			refused("grafana", "kube-state-metrics pod", ksm)
 		}
 	})
 }

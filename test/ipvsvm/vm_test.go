@@ -20,7 +20,7 @@ import (
 )
 
 // guestRun selects the tests of proxy/services (built with -tags ipvsvm) run in the guest.
-const guestRun = "^(TestIPVSConformance|TestIPVSKernel|TestIPVSRunAutoMode)$"
+const guestRun = "^(TestIPVSConformance|TestIPVSKernel|TestIPVSRunAutoMode|TestIPVSNetworkPolicy)$"
 
 const (
 	markStart = "FLOTILLA-GUEST-START"
@@ -314,7 +314,7 @@ func TestIPVSInVM(t *testing.T) {
 		t.Fatalf("guest tests failed (exit %d); console:\n%s", code, out)
 	}
 	// A guest that ran nothing would pass silently: require every test to have passed.
-	for _, name := range []string{"TestIPVSConformance", "TestIPVSKernel", "TestIPVSRunAutoMode"} {
+	for _, name := range []string{"TestIPVSConformance", "TestIPVSKernel", "TestIPVSRunAutoMode", "TestIPVSNetworkPolicy"} {
 		if run == guestRun && !strings.Contains(out, "--- PASS: "+name+" ") {
 			t.Fatalf("%s did not pass in the guest; console:\n%s", name, out)
 		}

@@ -360,6 +360,8 @@ var nodeRules = []rbacv1.PolicyRule{
 	rule(verbs("list", "watch"), discoveryGroup, "endpointslices"),
 	rule(verbs("list", "watch"), networkingGroup, "ingresses"),
 	rule(verbs("list", "watch"), networkingGroup, "ingressclasses"),
+	rule(verbs("list", "watch"), networkingGroup, "networkpolicies"),
+	rule(verbs("list", "watch"), coreGroup, "namespaces"),
 
 	rule(verbs("create", "update"), coreGroup, "nodes"),
 	rule(verbs("update"), coreGroup, "nodes/status"),

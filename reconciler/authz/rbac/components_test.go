@@ -303,6 +303,8 @@ func TestComponentCalls(t *testing.T) {
 			{"list", core, "services", "", ""}, {"watch", core, "nodes", "", ""},
 			{"list", discoveryGroup, "endpointslices", "", ""}, {"watch", networkingGroup, "ingresses", "", ""},
 			{"list", networkingGroup, "ingressclasses", "", ""},
+			// The network policy controller.
+			{"watch", networkingGroup, "networkpolicies", "", ""}, {"list", core, "namespaces", "", ""},
 			{"create", core, "nodes", "", ""}, {"get", core, "nodes", "", "h1"}, {"update", core, "nodes", "", "h1"},
 			{"update", core, "nodes/status", "", "h1"},
 			{"get", coordinationGroup, "leases", "kube-node-lease", "h1"}, {"create", coordinationGroup, "leases", "kube-node-lease", ""},

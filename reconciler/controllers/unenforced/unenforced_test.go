@@ -61,16 +61,16 @@ func object(k unenforced.Kind, ns, name, rv string, generation int64) *metav1.Pa
 	}
 }
 
-// A NetworkPolicy created after the start gets the event, one that existed before does not; a
+// A ResourceQuota created after the start gets the event, one that existed before does not; a
 // spec change (new generation) gets it again, a metadata-only change does not. A
 // cluster-scoped CertificateSigningRequest, here without a generation, gets it on create and
 // on every change.
 func TestUnenforcedEvents(t *testing.T) {
 	withClusterKind(t)
-	netpol, clusterRole := kind(t, "NetworkPolicy"), kind(t, "CertificateSigningRequest")
+	quota, clusterRole := kind(t, "ResourceQuota"), kind(t, "CertificateSigningRequest")
 	scheme := runtime.NewScheme()
 	metav1.AddMetaToScheme(scheme)
-	client := metadatafake.NewSimpleMetadataClient(scheme, object(netpol, "team-a", "old", "1", 1))
+	client := metadatafake.NewSimpleMetadataClient(scheme, object(quota, "team-a", "old", "1", 1))
 	rec := record.NewFakeRecorder(100)
 	rec.IncludeObject = true
 	cctx := &controllers.Context{
@@ -119,27 +119,27 @@ func TestUnenforcedEvents(t *testing.T) {
 	getter := func(gvr schema.GroupVersionResource, ns string) metadatafake.MetadataClient {
 		return client.Resource(gvr).Namespace(ns).(metadatafake.MetadataClient)
 	}
-	np := getter(netpol.GroupVersionResource(), "team-a")
+	np := getter(quota.GroupVersionResource(), "team-a")
 	cr := getter(clusterRole.GroupVersionResource(), "")
 
-	expectNone("NetworkPolicy created before the start")
+	expectNone("ResourceQuota created before the start")
 
-	if _, err := np.CreateFake(object(netpol, "team-a", "new", "2", 1), metav1.CreateOptions{}); err != nil {
+	if _, err := np.CreateFake(object(quota, "team-a", "new", "2", 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	expect("new NetworkPolicy", netpol)
+	expect("new ResourceQuota", quota)
 
-	if _, err := np.UpdateFake(object(netpol, "team-a", "new", "3", 2), metav1.UpdateOptions{}); err != nil {
+	if _, err := np.UpdateFake(object(quota, "team-a", "new", "3", 2), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	expect("NetworkPolicy with a new generation", netpol)
+	expect("ResourceQuota with a new generation", quota)
 
-	labelled := object(netpol, "team-a", "new", "4", 2)
+	labelled := object(quota, "team-a", "new", "4", 2)
 	labelled.Labels = map[string]string{"team": "a"}
 	if _, err := np.UpdateFake(labelled, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	expectNone("NetworkPolicy with new labels only")
+	expectNone("ResourceQuota with new labels only")
 
 	if _, err := cr.CreateFake(object(clusterRole, "", "viewer", "5", 0), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
