@@ -115,12 +115,17 @@ type Ruleset struct {
 	// Ingress and Egress map a local pod's address to its chain.
 	Ingress map[netip.Addr]string
 	Egress  map[netip.Addr]string
+	// Hosts are the addresses of the site's hosts: what they send a pod (probes, the
+	// Ingress proxy, cluster DNS, masqueraded NodePort traffic) is never refused.
+	Hosts map[netip.Addr]bool
 }
 
-// Input is what Compile reads: every pod of the site (pods without an address, finished
-// or on the host network are left out), every namespace and every NetworkPolicy.
+// Input is what Compile reads: every host (Node) and pod of the site (pods without an
+// address, finished or on the host network are left out), every namespace and every
+// NetworkPolicy.
 type Input struct {
 	NodeName   string
+	Nodes      []*corev1.Node // their addresses make Ruleset.Hosts
 	Pods       []*corev1.Pod
 	Namespaces []*corev1.Namespace
 	Policies   []*networkingv1.NetworkPolicy
@@ -137,8 +142,18 @@ type podInfo struct {
 // errors; everything else still compiles.
 func Compile(in Input) (*Ruleset, []error) {
 	rs := &Ruleset{Chains: map[string]Chain{}, Sets: map[string]SetSpec{}, Addrs: map[string]map[netip.Addr]bool{},
-		Ingress: map[netip.Addr]string{}, Egress: map[netip.Addr]string{}}
+		Ingress: map[netip.Addr]string{}, Egress: map[netip.Addr]string{}, Hosts: map[netip.Addr]bool{}}
 	var errs []error
+	for _, n := range in.Nodes {
+		for _, a := range n.Status.Addresses {
+			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+				continue
+			}
+			if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Unmap().Is4() {
+				rs.Hosts[ip.Unmap()] = true
+			}
+		}
+	}
 
 	nsLabels := map[string]labels.Set{}
 	for _, ns := range in.Namespaces {

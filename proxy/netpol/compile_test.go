@@ -91,7 +91,12 @@ func TestCompile(t *testing.T) {
 			PodSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Bogus"}}},
 		}},
 	}
-	rs, errs := Compile(Input{NodeName: "h1", Pods: pods, Namespaces: nss, Policies: nps})
+	nodes := []*corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "h1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: "192.168.1.1"}, {Type: corev1.NodeHostName, Address: "h1"}, {Type: corev1.NodeInternalIP, Address: "fd00::1"}}}}}
+	rs, errs := Compile(Input{NodeName: "h1", Nodes: nodes, Pods: pods, Namespaces: nss, Policies: nps})
+	if len(rs.Hosts) != 1 || !rs.Hosts[netip.MustParseAddr("192.168.1.1")] {
+		t.Errorf("hosts %v, want the IPv4 InternalIP of h1", rs.Hosts)
+	}
 	if len(errs) != 1 {
 		t.Errorf("errors: %v, want one for NetworkPolicy a/bad", errs)
 	}

@@ -152,9 +152,12 @@ func (s *site) addPod(ns, name string, host int) *testPod {
 }
 
 // probe connects from one pod to an address and says whether the server answered.
-func probe(from *testPod, addr, proto string) bool {
+func probe(from *testPod, addr, proto string) bool { return probeFrom(from.netns, addr, proto) }
+
+// probeFrom connects from the named network namespace.
+func probeFrom(netnsName, addr, proto string) bool {
 	var c net.Conn
-	err := inNetns("/run/netns/"+from.netns, func() error {
+	err := inNetns("/run/netns/"+netnsName, func() error {
 		var err error
 		c, err = net.DialTimeout(proto, addr, time.Second)
 		return err
@@ -269,6 +272,16 @@ func (s *site) startController(ctx context.Context, client kubernetes.Interface,
 // container ports the probes use.
 func (s *site) registerPods(ctx context.Context, client kubernetes.Interface) {
 	t := s.t
+	for i, h := range s.hosts {
+		node, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.77.%d", i+1)}}
+		if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	seen := map[string]bool{}
 	for _, p := range s.pods {
 		if !seen[p.ns] {

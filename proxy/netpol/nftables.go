@@ -25,6 +25,7 @@ const DefaultTable = "flotilla-netpol"
 const (
 	mapIngress = "ingress-pods" // destination address of a local pod -> its ingress chain
 	mapEgress  = "egress-pods"  // source address of a local pod -> its egress chain
+	setHosts   = "site-hosts"   // addresses of the site's hosts
 	chainDeny  = "deny"
 
 	reg1 = 1
@@ -261,6 +262,8 @@ func (t *Table) applyFull(rs *Ruleset) error {
 		b.fail(c.AddSet(s, nil))
 		b.sets[m] = s
 	}
+	b.addSet(setHosts, SetSpec{})
+	b.elems(setHosts, addrElems(rs.Hosts), false)
 	for _, name := range sortedKeys(rs.Sets) {
 		b.addSet(name, rs.Sets[name])
 		if !rs.Sets[name].Interval {
@@ -330,6 +333,8 @@ func (t *Table) applyIncremental(old, cur *Ruleset) error {
 		}
 	}
 	// 2. Elements the new rules may rely on.
+	hostsAdd, hostsDel := diffAddrs(old.Hosts, cur.Hosts)
+	b.elems(setHosts, addrElems(hostsAdd), false)
 	for _, name := range sortedKeys(cur.Addrs) {
 		add, _ := diffAddrs(old.Addrs[name], cur.Addrs[name])
 		b.elems(name, addrElems(add), false)
@@ -381,6 +386,7 @@ func (t *Table) applyIncremental(old, cur *Ruleset) error {
 		_, del := diffAddrs(old.Addrs[name], cur.Addrs[name])
 		b.elems(name, addrElems(del), true)
 	}
+	b.elems(setHosts, addrElems(hostsDel), true)
 	if b.err != nil {
 		return b.err
 	}
@@ -427,7 +433,9 @@ func (b *batch) lookup(set string) expr.Any {
 }
 
 // baseRules: established and related traffic passes; in output, what the host itself sends
-// passes; then the local pod's chain, by address.
+// passes; towards a pod, what the site's hosts send passes (this one's in output, the others'
+// in forward: the Ingress proxy and NodePorts reach pods of every host); then the local
+// pod's chain, by address.
 func (b *batch) baseRules(output bool, dir Direction) [][]expr.Any {
 	rules := [][]expr.Any{{
 		&expr.Ct{Register: reg1, Key: expr.CtKeySTATE},
@@ -440,6 +448,13 @@ func (b *batch) baseRules(output bool, dir Direction) [][]expr.Any {
 		rules = append(rules, []expr.Any{
 			&expr.Fib{Register: reg1, FlagSADDR: true, ResultADDRTYPE: true},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(unix.RTN_LOCAL)},
+			accept(),
+		})
+	}
+	if dir == Ingress {
+		rules = append(rules, []expr.Any{
+			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+			b.lookup(setHosts),
 			accept(),
 		})
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -17,7 +19,7 @@ import (
 type Config struct {
 	NodeName string
 	// Informers is the host's shared factory of cluster-wide kinds: Run registers the
-	// Namespace and NetworkPolicy informers on it. PodInformers holds every pod of the site
+	// Node, Namespace and NetworkPolicy informers on it. PodInformers holds every pod of the site
 	// with its labels, node, addresses and container ports (it may be the same factory).
 	// Run starts both with its ctx and never shuts them down.
 	Informers, PodInformers informers.SharedInformerFactory
@@ -65,6 +67,7 @@ func Run(ctx context.Context, cfg Config) error {
 	podInf := cfg.PodInformers.Core().V1().Pods()
 	nsInf := cfg.Informers.Core().V1().Namespaces()
 	npInf := cfg.Informers.Networking().V1().NetworkPolicies()
+	nodeInf := cfg.Informers.Core().V1().Nodes()
 
 	kick := make(chan struct{}, 1)
 	poke := func() {
@@ -78,8 +81,24 @@ func Run(ctx context.Context, cfg Config) error {
 		UpdateFunc: func(any, any) { poke() },
 		DeleteFunc: func(any) { poke() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{podInf.Informer(), nsInf.Informer(), npInf.Informer()} {
-		reg, err := inf.AddEventHandler(h)
+	// Nodes change with every heartbeat; only their addresses matter here.
+	nodeAddrs := cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { poke() },
+		UpdateFunc: func(o, n any) {
+			on, ok1 := o.(*corev1.Node)
+			nn, ok2 := n.(*corev1.Node)
+			if !ok1 || !ok2 || !equality.Semantic.DeepEqual(on.Status.Addresses, nn.Status.Addresses) {
+				poke()
+			}
+		},
+		DeleteFunc: func(any) { poke() },
+	}
+	for _, x := range []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{{podInf.Informer(), h}, {nsInf.Informer(), h}, {npInf.Informer(), h}, {nodeInf.Informer(), nodeAddrs}} {
+		inf := x.inf
+		reg, err := inf.AddEventHandler(x.h)
 		if err != nil {
 			return fmt.Errorf("network policy: add event handler: %w", err)
 		}
@@ -88,7 +107,7 @@ func Run(ctx context.Context, cfg Config) error {
 	cfg.Informers.Start(ctx.Done())
 	cfg.PodInformers.Start(ctx.Done())
 	// Applying before the caches are full would briefly open (or close) pods.
-	if !cache.WaitForCacheSync(ctx.Done(), podInf.Informer().HasSynced, nsInf.Informer().HasSynced, npInf.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), podInf.Informer().HasSynced, nsInf.Informer().HasSynced, npInf.Informer().HasSynced, nodeInf.Informer().HasSynced) {
 		return ctx.Err()
 	}
 
@@ -107,7 +126,11 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		rs, errs := Compile(Input{NodeName: cfg.NodeName, Pods: pods, Namespaces: nss, Policies: nps})
+		nodes, err := nodeInf.Lister().List(labels.Everything())
+		if err != nil {
+			return err
+		}
+		rs, errs := Compile(Input{NodeName: cfg.NodeName, Nodes: nodes, Pods: pods, Namespaces: nss, Policies: nps})
 		for _, e := range errs {
 			if !reported[e.Error()] {
 				reported[e.Error()] = true

@@ -379,4 +379,32 @@ func TestTruthTable(t *testing.T) {
 			waitFor(t, "policies applied", expect(sc.expect))
 		})
 	}
+
+	// What the site's hosts send a pod is never refused: probes from its own host, and the
+	// Ingress proxy or NodePorts of the others.
+	t.Run("hosts reach pods isolated by a default deny", func(t *testing.T) {
+		np, err := client.NetworkingV1().NetworkPolicies("x").Create(ctx, policy("x", "deny", nil, in), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			_ = client.NetworkingV1().NetworkPolicies("x").Delete(ctx, np.Name, metav1.DeleteOptions{})
+			waitFor(t, "policies deleted", all)
+		}()
+		waitFor(t, "default deny in x", func(k probeKind) matrix {
+			return expectation{m: s.newMatrix(true), kind: k}.denyTo("x/a", "x/b", "x/c").m
+		})
+		for _, p := range s.pods {
+			if p.ns != "x" {
+				continue
+			}
+			for i, h := range s.hosts {
+				for _, k := range probeKinds {
+					if !probeFrom(h, fmt.Sprintf("%s:%d", p.ip, k.port), k.proto) {
+						t.Errorf("host %d (%s) cannot reach %s (on host %d) on %s under a default deny", i+1, h, p.key(), p.host+1, k)
+					}
+				}
+			}
+		}
+	})
 }
