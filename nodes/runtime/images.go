@@ -319,7 +319,9 @@ func (r *Runtime) pullOnce(ctx context.Context, name string, cred *Credential, o
 		// Every miss at a peer is an info line of containerd's ("trying next host"): keep
 		// only its warnings.
 		ctx = clog.WithLogger(ctx, r.quietLog())
-		pullOpts = append(pullOpts, containerd.WithImageHandlerWrapper(peers.handlerWrapper))
+		wrap, end := peers.beginPull()
+		defer end()
+		pullOpts = append(pullOpts, containerd.WithImageHandlerWrapper(wrap))
 	}
 	if progress := opts.Progress; progress != nil {
 		p := &pullProgress{}

@@ -39,12 +39,15 @@ import (
 // hosts) all find that no peer has a blob yet. Each blob then has one designated host among
 // the site's hosts, the same for all of them (rendezvous hashing of the digest with the hosts'
 // endpoints): it fetches the blob from the registry at once, and the others ask it again,
-// waiting up to peerAwaitStart for its fetch to start and then for the blob, before they go to
-// the registry themselves. A host that is still asking its peers for a blob says it does not
-// have it, even though containerd has already opened its ingest (at offset 0), so that hosts
-// asking one another do not wait on each other. A host that pulls an image no other host
-// is pulling therefore waits up to peerAwaitStart once per round of blobs it is not designated
-// for.
+// waiting for its fetch to start and then for the blob, before they go to the registry
+// themselves. The designated host knows whether it will fetch the blob: it keeps them waiting
+// while one of its pulls lists the blob (up to peerAwaitExpected, however loaded the host is)
+// or has not read its image's manifest yet (up to peerAwaitStart), and answers at once
+// otherwise. A host that is still asking its peers for a blob says it does not have it, even
+// though containerd has already opened its ingest (at offset 0), so that hosts asking one
+// another do not wait on each other. A host that pulls an image no other host is pulling
+// therefore goes to the registry at once, unless the designated host is itself starting a
+// pull.
 
 // PeerHostName is the name of the peers' pseudo-endpoint in pulls (never resolved: the
 // peer transport sends its requests to the peers themselves).
@@ -69,6 +72,10 @@ type Peers struct {
 	lookMu   sync.Mutex
 	pending  map[digest.Digest]int
 	fetching map[digest.Digest]bool
+	// pulls are the pulls in progress; expected counts, by digest, the pulls whose manifests
+	// list the blob (it will be fetched unless it is here already).
+	pulls    map[*pullState]bool
+	expected map[digest.Digest]int
 
 	once   sync.Once
 	client *http.Client
@@ -81,8 +88,13 @@ type Peers struct {
 const peerLookupTimeout = 5 * time.Minute
 
 // peerAwaitStart is how long the designated host of a blob, asked by a host that found it on no
-// peer, waits for its own fetch of the blob to start before it answers that it does not have it.
-var peerAwaitStart = 3 * time.Second
+// peer, waits while one of its own pulls has not read its manifest yet (and may list the blob)
+// before it answers that it does not have the blob.
+var peerAwaitStart = 5 * time.Second
+
+// peerAwaitExpected is how long the designated host waits for its own fetch of a blob that one
+// of its pulls lists to start: only a host too loaded to reach the blob takes that long.
+var peerAwaitExpected = 30 * time.Second
 
 // peerAwaitHeader marks a request to the designated host of a blob (see peerAwaitStart).
 const peerAwaitHeader = "Flotilla-Await-Fetch"
@@ -242,15 +254,69 @@ func (p *Peers) isLooking(dgst digest.Digest) bool {
 	return p.pending[dgst] > 0 && !p.fetching[dgst]
 }
 
-// handlerWrapper wraps a pull's image handlers: from the moment containerd opens the ingest
-// of a blob (before the peers are asked) until the blob is fetched, peers asking this host for
-// it are answered according to isLooking, not kept waiting on an ingest that has not started.
-func (p *Peers) handlerWrapper(h images.Handler) images.Handler {
-	return images.HandlerFunc(func(ctx context.Context, desc ocispec.Descriptor) ([]ocispec.Descriptor, error) {
-		done := p.hold(desc.Digest)
-		defer done(false)
-		return h.Handle(ctx, desc)
-	})
+// pullState is one pull in progress on this host.
+type pullState struct {
+	// resolved is set once a manifest of the pull listed its config and layers.
+	resolved bool
+	expected []digest.Digest
+}
+
+// beginPull records a pull in progress until end is called, and returns the wrapper of its
+// image handlers: from the moment containerd opens the ingest of a blob (before the peers are
+// asked) until the blob is fetched, peers asking this host for it are answered according to
+// isLooking, not kept waiting on an ingest that has not started; and the blobs its manifests
+// list are expected (see plans).
+func (p *Peers) beginPull() (wrap func(images.Handler) images.Handler, end func()) {
+	ps := &pullState{}
+	p.lookMu.Lock()
+	if p.pulls == nil {
+		p.pulls, p.expected = map[*pullState]bool{}, map[digest.Digest]int{}
+	}
+	p.pulls[ps] = true
+	p.lookMu.Unlock()
+	wrap = func(h images.Handler) images.Handler {
+		return images.HandlerFunc(func(ctx context.Context, desc ocispec.Descriptor) ([]ocispec.Descriptor, error) {
+			done := p.hold(desc.Digest)
+			defer done(false)
+			children, err := h.Handle(ctx, desc)
+			if err == nil && len(children) > 0 {
+				p.lookMu.Lock()
+				for _, c := range children {
+					ps.expected = append(ps.expected, c.Digest)
+					p.expected[c.Digest]++
+					if !images.IsManifestType(c.MediaType) && !images.IsIndexType(c.MediaType) {
+						ps.resolved = true
+					}
+				}
+				p.lookMu.Unlock()
+			}
+			return children, err
+		})
+	}
+	end = func() {
+		p.lookMu.Lock()
+		defer p.lookMu.Unlock()
+		delete(p.pulls, ps)
+		for _, d := range ps.expected {
+			if p.expected[d]--; p.expected[d] <= 0 {
+				delete(p.expected, d)
+			}
+		}
+	}
+	return wrap, end
+}
+
+// plans says whether one of this host's pulls lists dgst (expected), and whether one has not
+// read its manifest yet (resolving: it may list dgst).
+func (p *Peers) plans(dgst digest.Digest) (expected, resolving bool) {
+	p.lookMu.Lock()
+	defer p.lookMu.Unlock()
+	for ps := range p.pulls {
+		if !ps.resolved {
+			resolving = true
+		}
+	}
+	return p.expected[dgst] > 0, resolving
 }
 
 // designated is the host of bases that fetches dgst from the registry when no host has it:
@@ -388,6 +454,8 @@ type contentSource struct {
 	log    *logrus.Entry
 	// looking says whether this host is asking its peers for a blob (nil: never).
 	looking func(digest.Digest) bool
+	// plans says whether this host's pulls list a blob, or may (nil: never).
+	plans func(digest.Digest) (expected, resolving bool)
 }
 
 // PeerHandler serves this host's image content to the site's other hosts (the caller
@@ -404,6 +472,12 @@ func (r *Runtime) PeerHandler() http.Handler {
 		looking: func(d digest.Digest) bool {
 			p := r.peerSet()
 			return p != nil && p.isLooking(d)
+		},
+		plans: func(d digest.Digest) (bool, bool) {
+			if p := r.peerSet(); p != nil {
+				return p.plans(d)
+			}
+			return false, false
 		},
 	}
 }
@@ -511,15 +585,27 @@ func (s *contentSource) isLooking(dgst digest.Digest) bool {
 	return s.looking != nil && s.looking(dgst)
 }
 
-// awaitFetch waits up to peerAwaitStart for this host to have dgst or to fetch it (an ingest
-// of it, once this host is no longer asking its peers for it).
+// awaitFetch waits for this host to have dgst or to fetch it (an ingest of it, once this host
+// is no longer asking its peers for it), as long as it will or may fetch it: up to
+// peerAwaitExpected while a pull of this host lists it, up to peerAwaitStart while a pull has
+// not read its manifest yet; not at all otherwise.
 func (s *contentSource) awaitFetch(ctx context.Context, dgst digest.Digest) {
-	deadline := time.Now().Add(peerAwaitStart)
-	for time.Now().Before(deadline) {
+	start := time.Now()
+	for {
 		if _, err := s.store.Info(ctx, dgst); err == nil {
 			return
 		}
 		if !s.isLooking(dgst) && s.ingesting(ctx, dgst) >= 0 {
+			return
+		}
+		expected, resolving := false, true
+		if s.plans != nil {
+			expected, resolving = s.plans(dgst)
+		}
+		switch waited := time.Since(start); {
+		case expected && waited < peerAwaitExpected:
+		case resolving && waited < peerAwaitStart:
+		default:
 			return
 		}
 		select {
@@ -545,20 +631,33 @@ func (s *contentSource) ingesting(ctx context.Context, dgst digest.Digest) int64
 	return -1
 }
 
+// peerIngestGone is how many checks in a row must miss an ingest that was seen before it
+// counts as gone: the store lists an ingest only while it can read all of its status, which
+// its writer rewrites on every write.
+const peerIngestGone = 3
+
 // waitIngest waits while this host fetches dgst, as long as the fetch progresses, and says
 // whether the blob arrived.
 func (s *contentSource) waitIngest(ctx context.Context, dgst digest.Digest) bool {
 	var last int64 = -1
 	progressed := time.Now()
+	missed := 0
 	for {
 		if _, err := s.store.Info(ctx, dgst); err == nil {
 			return true
 		}
 		offset := s.ingesting(ctx, dgst)
-		if offset >= 0 && offset != last {
-			last, progressed = offset, time.Now()
+		switch {
+		case offset >= 0 && offset != last:
+			last, progressed, missed = offset, time.Now(), 0
+		case offset >= 0:
+			missed = 0
+		default:
+			missed++
 		}
-		if offset < 0 || time.Since(progressed) > peerIngestStall {
+		// An ingest never seen is no fetch; one seen must be missing a few times in a row.
+		gone := offset < 0 && (last < 0 || missed >= peerIngestGone)
+		if gone || time.Since(progressed) > peerIngestStall {
 			// A fetch that just committed is no longer listed: look once more.
 			_, err := s.store.Info(ctx, dgst)
 			return err == nil
