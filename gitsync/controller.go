@@ -348,9 +348,10 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	now := time.Now()
 	// A full round (fetch, apply, prune) every interval, on a spec change and on a webhook's
 	// request; in between only the health of what is still progressing is looked at again.
-	full := ss.lastFull.IsZero() || ss.generation != gs.Generation || ss.requestedAt != requested || secretChanged ||
-		now.Sub(ss.lastFull) >= interval-50*time.Millisecond
 	st := gs.Status.DeepCopy()
+	// A revision past its health timeout with a rollback due is rolled back at once.
+	full := ss.lastFull.IsZero() || ss.generation != gs.Generation || ss.requestedAt != requested || secretChanged ||
+		now.Sub(ss.lastFull) >= interval-50*time.Millisecond || rollbackDue(&gs, st, ss, now)
 	var retry bool
 	if full {
 		var done bool
@@ -362,6 +363,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	} else {
 		c.checkHealth(ctx, &gs, st, ss)
 	}
+	rollbackNow := c.settleHealth(&gs, st, ss, time.Now())
 	st.ObservedGeneration = gs.Generation
 	next := interval
 	if !full {
@@ -369,6 +371,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	if retry || len(ss.unhealthy) > 0 {
 		next = min(next, healthPoll)
+	}
+	if rollbackNow {
+		next = 0
 	}
 	// Every interval: fetch again and re-apply (which reverts drift).
 	defer c.queue.AddAfter(key, next)
@@ -548,6 +553,7 @@ func (c *Controller) checkHealth(ctx context.Context, gs *v1alpha1.GitSource, st
 		}
 	}
 	ss.unhealthy = still
+	c.inspectPods(ctx, ap, ss)
 	before := st.Health
 	setHealth(st, ss, gs.Generation)
 	if st.Health != before {
@@ -682,7 +688,7 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 		fail(ReasonInvalidSpec, err.Error(), true)
 		return true, nil
 	}
-	if wait != "" {
+	if wait != "" && !rollbackDue(gs, st, ss, time.Now()) {
 		set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonDependencyNotReady, "Waiting: "+wait)
 		set(v1alpha1.ConditionReconciling, metav1.ConditionTrue, ReasonDependencyNotReady, "Waiting: "+wait)
 		apimeta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionStalled)
@@ -746,11 +752,33 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 	}
 	st.LastFetchedRevision = co.Revision
 
+	// What is applied: the fetched revision, or while it is rolled back the last healthy one.
+	commit, revision, rollingBack := co.Commit, co.Revision, false
+	if rb := st.RolledBack; rb != nil && (!rollbackEnabled(gs) || rb.Revision != co.Revision) {
+		log.WithField("rolledBack", rb.Revision).Info("a new commit (or spec.rollback off) ends the rollback")
+		st.RolledBack = nil
+	}
+	if st.RolledBack == nil && co.Revision == st.LastAppliedRevision && rollbackDue(gs, st, ss, time.Now()) {
+		st.RolledBack = &v1alpha1.GitSourceRollback{Revision: co.Revision, To: st.LastHealthyRevision,
+			Reason: firstUnhealthy(ss.healthy), Time: metav1.Now()}
+		c.event(gs, corev1.EventTypeWarning, ReasonRolledBack, "Revision %s not healthy within %s (%s): re-applying %s",
+			co.Revision, healthTimeout(gs), st.RolledBack.Reason, st.RolledBack.To)
+		log.WithFields(logrus.Fields{"to": st.RolledBack.To, "reason": st.RolledBack.Reason}).Warn("revision not healthy in time: rolling back")
+	}
+	if rb := st.RolledBack; rb != nil {
+		commit, err = ensureCommit(ctx, co.Dir, remote, c.cfg.Limits, rb.To)
+		if err != nil {
+			fail(ReasonFetchFailed, fmt.Sprintf("Rolling back revision %s: %v", rb.Revision, err), false)
+			return false, err
+		}
+		revision, rollingBack = rb.To, true
+	}
+
 	renderStart := time.Now()
-	objs, err := RenderCommit(ctx, co.Dir, co.Commit, gs.Spec.Path, c.cfg.Limits)
+	objs, err := RenderCommit(ctx, co.Dir, commit, gs.Spec.Path, c.cfg.Limits)
 	observeSince(renderDuration, msource, renderStart)
 	if err != nil {
-		fail(ReasonBuildFailed, fmt.Sprintf("Revision %s: %v", co.Revision, err), true)
+		fail(ReasonBuildFailed, fmt.Sprintf("Revision %s: %v", revision, err), true)
 		log.WithError(err).Warn("render failed")
 		return true, nil
 	}
@@ -759,12 +787,12 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 	// status and events, as gitsync.
 	ap, refusal, err := c.applierFor(gs)
 	if refusal != "" {
-		fail(ReasonServiceAccountRequired, fmt.Sprintf("Revision %s not applied: %s", co.Revision, refusal), true)
+		fail(ReasonServiceAccountRequired, fmt.Sprintf("Revision %s not applied: %s", revision, refusal), true)
 		log.Warn("no spec.serviceAccountName; nothing applied")
 		return true, nil
 	}
 	if err != nil {
-		fail(ReasonApplyFailed, fmt.Sprintf("Revision %s not applied: %v", co.Revision, err), true)
+		fail(ReasonApplyFailed, fmt.Sprintf("Revision %s not applied: %v", revision, err), true)
 		return true, nil
 	}
 	began := time.Now()
@@ -774,12 +802,12 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 	validated := time.Since(began)
 	if len(fails) > 0 {
 		reason := ReasonValidationFailed
-		msg := fmt.Sprintf("Revision %s not applied: %d object(s) failed validation:\n%s", co.Revision, len(fails), strings.Join(fails, "\n"))
+		msg := fmt.Sprintf("Revision %s not applied: %d object(s) failed validation:\n%s", revision, len(fails), strings.Join(fails, "\n"))
 		if forbidden > 0 {
 			reason = ReasonForbidden
 			msg = fmt.Sprintf("Revision %s not applied: %s may not change %d of its objects (the API answered 403 Forbidden to their dry-run): "+
 				"grant it access to them, or remove them from the repository%s; %d object(s) failed validation:\n%s",
-				co.Revision, identity(gs), forbidden, c.missingServiceAccount(ctx, gs), len(fails), strings.Join(fails, "\n"))
+				revision, identity(gs), forbidden, c.missingServiceAccount(ctx, gs), len(fails), strings.Join(fails, "\n"))
 		}
 		fail(reason, msg, true)
 		log.WithFields(logrus.Fields{"failures": len(fails), "forbidden": forbidden}).Warn("validation failed; nothing applied")
@@ -787,14 +815,15 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 	}
 	applyStart := time.Now()
 	applied, warnings, err := ap.ApplyObjects(ctx, objs, source)
-	c.reportWarnings(gs, ss, co.Revision, warnings, log)
-	setAPIWarnings(st, prevWarning, co.Revision, warnings, gen)
+	c.reportWarnings(gs, ss, revision, warnings, log)
+	setAPIWarnings(st, prevWarning, revision, warnings, gen)
 	if err != nil {
 		observeSince(applyDuration, msource, applyStart)
-		fail(ReasonApplyFailed, fmt.Sprintf("Revision %s: apply: %v", co.Revision, err), false)
+		fail(ReasonApplyFailed, fmt.Sprintf("Revision %s: apply: %v", revision, err), false)
 		return false, err
 	}
 	recordHealth(ss, applied, time.Now())
+	c.inspectPods(ctx, ap, ss)
 	setHealth(st, ss, gen)
 	inv := Inventory(objs)
 	var old []v1alpha1.ResourceRef
@@ -802,30 +831,41 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 		old = st.Inventory.Entries
 	}
 	if gs.Spec.Prune == nil || *gs.Spec.Prune {
-		deleted, _, err := ap.Prune(ctx, Stale(old, inv), source)
+		var keep func(*unstructured.Unstructured) string
+		if rollingBack {
+			keep = rollbackKeep
+		}
+		deleted, kept, err := ap.PruneWith(ctx, Stale(old, inv), source, keep)
+		if rollingBack {
+			// What the rollback kept stays the source's: a later revision without it prunes it.
+			inv = append(inv, entriesOf(Stale(old, inv), kept)...)
+		}
 		if len(deleted) > 0 {
 			log.WithField("pruned", deleted).Info("pruned")
-			c.event(gs, corev1.EventTypeNormal, EventPruned, "Pruned %d object(s) of revision %s: %s", len(deleted), co.Revision, strings.Join(deleted, ", "))
+			c.event(gs, corev1.EventTypeNormal, EventPruned, "Pruned %d object(s) of revision %s: %s", len(deleted), revision, strings.Join(deleted, ", "))
 		}
 		if err != nil {
 			// Keep the failed entries in the inventory so the next round tries again.
 			inv = append(inv, Stale(Stale(old, inv), refs(deleted))...)
 			st.Inventory = &v1alpha1.ResourceInventory{Entries: inv}
 			observeSince(applyDuration, msource, applyStart)
-			fail(ReasonApplyFailed, fmt.Sprintf("Revision %s: prune: %v", co.Revision, err), false)
+			fail(ReasonApplyFailed, fmt.Sprintf("Revision %s: prune: %v", revision, err), false)
 			return false, err
 		}
 	}
 	observeSince(applyDuration, msource, applyStart)
-	recordApplied(msource, co.Revision, time.Now())
-	if co.Revision != st.LastAppliedRevision {
+	recordApplied(msource, revision, time.Now())
+	if revision != st.LastAppliedRevision {
 		log.WithFields(logrus.Fields{"objects": len(objs), "health": st.Health,
 			"validate": validated.Round(time.Millisecond), "apply": (time.Since(began) - validated).Round(time.Millisecond)}).Info("applied")
-		c.event(gs, corev1.EventTypeNormal, EventApplied, "Applied revision %s: %d object(s)", co.Revision, len(objs))
+		c.event(gs, corev1.EventTypeNormal, EventApplied, "Applied revision %s: %d object(s)", revision, len(objs))
 	}
 	st.Inventory = &v1alpha1.ResourceInventory{Entries: inv}
-	st.LastAppliedRevision = co.Revision
-	set(v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonSucceeded, "Applied revision: "+co.Revision)
+	if revision != st.LastAppliedRevision || st.LastAppliedTime == nil {
+		st.LastAppliedTime = &metav1.Time{Time: time.Now()}
+	}
+	st.LastAppliedRevision = revision
+	set(v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonSucceeded, "Applied revision: "+revision)
 	apimeta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionReconciling)
 	apimeta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionStalled)
 	return true, nil

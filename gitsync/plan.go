@@ -65,6 +65,13 @@ type Plan struct {
 	Offline  bool       `json:"offline"`
 	Items    []PlanItem `json:"items"`
 	Warnings []string   `json:"warnings,omitempty"`
+	// Scheduling is where flotilla's scheduler would place the pods of the workloads the
+	// revision creates or updates, and which would stay Pending (online plans that change a
+	// workload; see SchedulingReport).
+	Scheduling *SchedulingReport `json:"scheduling,omitempty"`
+	// RolledBack, when the GitSource is rolled back (spec.rollback), says which revision
+	// and why, and what is applied instead.
+	RolledBack string `json:"rolledBack,omitempty"`
 }
 
 // PlanCounts counts a plan's items per action.
@@ -102,12 +109,24 @@ func (p *Plan) HasChanges() bool {
 	return c.Create+c.Update+c.Delete > 0
 }
 
+// Pending is the number of the revision's pods that the scheduling simulation found would
+// stay Pending (0 when it did not run).
+func (p *Plan) Pending() int {
+	if p.Scheduling == nil {
+		return 0
+	}
+	return p.Scheduling.Pending
+}
+
 // ExitCode is the exit status of `flotilla plan`: 1 when an object is invalid (gitsync
-// would apply nothing of the revision); with detailed, 2 for a valid plan with changes and
-// 0 without, like terraform plan -detailed-exitcode; otherwise 0.
+// would apply nothing of the revision); with detailed, 1 as well when pods of the revision
+// would stay Pending (see SchedulingReport), else 2 for a valid plan with changes and 0
+// without, like terraform plan -detailed-exitcode; otherwise 0.
 func (p *Plan) ExitCode(detailed bool) int {
 	switch {
 	case p.Counts().Invalid > 0:
+		return 1
+	case detailed && p.Pending() > 0:
 		return 1
 	case detailed && p.HasChanges():
 		return 2
@@ -325,6 +344,13 @@ func planCRDCheck(ctx context.Context, crds *CRDCheck, o Object) string {
 // objects are items. The warnings the API answers to an object's dry-run (see
 // CollectWarnings), such as Pod Security Admission's for a workload whose pods it would
 // refuse, are plan warnings "Kind namespace/name: warning", each once.
+//
+// When the plan creates, updates or deletes a workload (Deployment, ReplicaSet,
+// StatefulSet, DaemonSet, Job, Pod), it also simulates where flotilla's scheduler would
+// place the revision's pods (Plan.Scheduling, see simulateScheduling): on the site's Nodes
+// and pods as listed now, with the pods of the workloads it replaces or deletes taken away.
+// A site the plan's credential may not list is a warning "scheduling not simulated: ...",
+// never a failure.
 func (a *Applier) Plan(ctx context.Context, opts PlanOptions) (*Plan, error) {
 	srcNS, srcName, err := planSplitSource(opts.Source)
 	if err != nil {
@@ -343,6 +369,9 @@ func (a *Applier) Plan(ctx context.Context, opts PlanOptions) (*Plan, error) {
 	} else if path == "" {
 		path = gs.Spec.Path
 	}
+	if gs != nil && gs.Status.RolledBack != nil {
+		p.RolledBack = rolledBackMessage(gs.Status.RolledBack)
+	}
 	p.Path = planCleanPath(path)
 
 	objs, err := Render(ctx, opts.RepoDir, path, opts.Limits)
@@ -355,8 +384,13 @@ func (a *Applier) Plan(ctx context.Context, opts PlanOptions) (*Plan, error) {
 	for _, f := range fails {
 		p.Items = append(p.Items, PlanItem{Action: PlanInvalid, Reason: f})
 	}
+	// What the scheduling simulation needs: the valid objects, and the workloads the plan
+	// creates, updates or deletes.
+	var valid []*unstructured.Unstructured
+	var sched []schedulingChange
 	for _, o := range objs {
 		var it PlanItem
+		var applied *unstructured.Unstructured
 		if line := planCRDCheck(ctx, crds, o); line != "" {
 			it = planItem(PlanInvalid, o)
 			it.Reason = line
@@ -365,7 +399,7 @@ func (a *Applier) Plan(ctx context.Context, opts PlanOptions) (*Plan, error) {
 			if crds.Defines(o.Obj.GroupVersionKind().GroupKind()) {
 				it, warnings, err = a.planCustomResource(ctx, o, source)
 			} else {
-				it, warnings, err = a.planObject(ctx, o, source)
+				it, applied, warnings, err = a.planDryRun(ctx, o, source)
 			}
 			p.Warnings = appendDistinct(p.Warnings, warnings...)
 		}
@@ -373,6 +407,13 @@ func (a *Applier) Plan(ctx context.Context, opts PlanOptions) (*Plan, error) {
 			return nil, err
 		}
 		p.Items = append(p.Items, it)
+		if it.Action != PlanInvalid {
+			valid = append(valid, o.Obj)
+		}
+		if applied != nil && (it.Action == PlanCreate || it.Action == PlanUpdate) && isPlanWorkload(applied) {
+			sched = append(sched, schedulingChange{Action: it.Action, Obj: applied,
+				TemplateChanged: it.Action == PlanUpdate && planTemplateChanged(it.Kind, it.Changes)})
+		}
 	}
 
 	if gs != nil && gs.Status.Inventory != nil {
@@ -382,6 +423,30 @@ func (a *Applier) Plan(ctx context.Context, opts PlanOptions) (*Plan, error) {
 			return nil, err
 		}
 		p.Items = append(p.Items, items...)
+		for _, it := range items {
+			u := &unstructured.Unstructured{}
+			u.SetAPIVersion(it.APIVersion)
+			u.SetKind(it.Kind)
+			u.SetNamespace(it.Namespace)
+			u.SetName(it.Name)
+			if it.Action == PlanDelete && isPlanWorkload(u) {
+				sched = append(sched, schedulingChange{Action: PlanDelete, Obj: u})
+			}
+		}
+	}
+	// Where the revision's pods would go: a listing the plan's credential may not be allowed
+	// is a warning, never a failure of the plan.
+	if len(sched) > 0 {
+		rep, warnings, err := a.planScheduling(ctx, valid, sched)
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case err != nil:
+			p.Warnings = append(p.Warnings, "scheduling not simulated: "+err.Error())
+		default:
+			p.Scheduling = rep
+			p.Warnings = appendDistinct(p.Warnings, warnings...)
+		}
 	}
 	// What needs a reviewer's attention first; apply order within each action.
 	slices.SortStableFunc(p.Items, func(x, y PlanItem) int {
@@ -437,10 +502,18 @@ func planItem(action PlanAction, o Object) PlanItem {
 // "Kind namespace/name: warning". Errors are returned only when the API could not be asked
 // at all.
 func (a *Applier) planObject(ctx context.Context, o Object, source string) (it PlanItem, warnings []string, err error) {
+	it, _, warnings, err = a.planDryRun(ctx, o, source)
+	return it, warnings, err
+}
+
+// planDryRun is planObject that also returns the object as the dry-run made it (defaulted,
+// merged with the live object; in its own namespace), for a valid object: what the
+// scheduling simulation builds a workload's pods from.
+func (a *Applier) planDryRun(ctx context.Context, o Object, source string) (it PlanItem, applied *unstructured.Unstructured, warnings []string, err error) {
 	it = planItem(PlanUnchanged, o)
 	m, err := a.mapping(o.Obj.GroupVersionKind())
 	if err != nil {
-		return it, nil, fmt.Errorf("%s: %w", describe(o), err)
+		return it, nil, nil, fmt.Errorf("%s: %w", describe(o), err)
 	}
 	nsRes := a.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"})
 	ri := a.Dynamic.Resource(m.Resource)
@@ -456,7 +529,7 @@ func (a *Applier) planObject(ctx context.Context, o Object, source string) (it P
 			sent.SetNamespace("default")
 			ns = "default"
 		} else if err != nil {
-			return it, nil, fmt.Errorf("%s: get namespace: %w", describe(o), err)
+			return it, nil, nil, fmt.Errorf("%s: get namespace: %w", describe(o), err)
 		}
 		res = ri.Namespace(ns)
 	}
@@ -466,7 +539,7 @@ func (a *Applier) planObject(ctx context.Context, o Object, source string) (it P
 		if apierrors.IsNotFound(err) {
 			live = nil
 		} else if err != nil {
-			return it, nil, fmt.Errorf("%s: get: %w", describe(o), err)
+			return it, nil, nil, fmt.Errorf("%s: get: %w", describe(o), err)
 		}
 	}
 	// Apply marks a Namespace it creates (or created before) as the source's.
@@ -482,7 +555,7 @@ func (a *Applier) planObject(ctx context.Context, o Object, source string) (it P
 	}
 	b, err := json.Marshal(sent.Object)
 	if err != nil {
-		return it, nil, err
+		return it, nil, nil, err
 	}
 	force := true
 	wctx, collected := withWarnings(ctx)
@@ -490,7 +563,7 @@ func (a *Applier) planObject(ctx context.Context, o Object, source string) (it P
 		FieldManager: FieldManager, Force: &force, FieldValidation: "Strict", DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		if ctx.Err() != nil {
-			return it, nil, ctx.Err()
+			return it, nil, nil, ctx.Err()
 		}
 		it.Action = PlanInvalid
 		// gitsync's own failure line, so the plan reads like the status will.
@@ -499,21 +572,22 @@ func (a *Applier) planObject(ctx context.Context, o Object, source string) (it P
 		} else {
 			it.Reason = describe(o) + ": " + err.Error()
 		}
-		return it, nil, nil
+		return it, nil, nil, nil
 	}
 	warnings = objectWarnings(o, collected.list())
+	result.SetNamespace(o.Obj.GetNamespace())
 	if live == nil {
 		it.Action = PlanCreate
 		// What git sets, in the object's own namespace (not the one it was checked in).
 		shown := sent.DeepCopy()
 		shown.SetNamespace(o.Obj.GetNamespace())
 		it.Changes = DiffObjects(nil, shown.Object)
-		return it, warnings, nil
+		return it, result, warnings, nil
 	}
 	if it.Changes = DiffObjects(live.Object, result.Object); len(it.Changes) > 0 {
 		it.Action = PlanUpdate
 	}
-	return it, warnings, nil
+	return it, result, warnings, nil
 }
 
 // planCustomResource plans a valid custom resource whose CustomResourceDefinition is in the

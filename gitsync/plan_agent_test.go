@@ -251,7 +251,9 @@ func TestPlanAgainstAgent(t *testing.T) {
 	md := string(out)
 	t.Logf("markdown:\n%s", md)
 	first, _, _ := strings.Cut(md, "\n")
-	if !strings.HasPrefix(first, "❌ **flotilla plan** `app`: Plan: 3 to create, 2 to update, 1 to delete, 2 unchanged, 1 kept, 1 invalid") {
+	// The agent's only host runs no pods (--pods=false: tainted node.flotilla.dev/no-pods), so
+	// the scheduling simulation finds that the Deployment's 3 pods would stay Pending.
+	if !strings.HasPrefix(first, "❌ **flotilla plan** `app`: Plan: 3 to create, 2 to update, 1 to delete, 2 unchanged, 1 kept, 3 pod(s) would stay Pending, 1 invalid") {
 		t.Errorf("markdown summary line = %q", first)
 	}
 	for _, w := range []string{"| ! | invalid | `Deployment demo/bad` | `app/bad.yaml` | spec.template.metadata.labels: Invalid value",
@@ -261,11 +263,11 @@ func TestPlanAgainstAgent(t *testing.T) {
 		}
 	}
 
-	t.Log("without the invalid object: valid with changes, exit 2 (json)")
+	t.Log("without the invalid object: valid with changes, but pods that would stay Pending on a host that runs none: exit 1 (json)")
 	planWriteTree(t, repo, map[string]string{"app/bad.yaml": ""})
 	out, err = exec.Command(bin, "plan", "--kubeconfig", a.Kubeconfig, "--output", "json", "--detailed-exitcode", repo).Output()
-	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
-		t.Errorf("flotilla plan exit: %v, want 2", err)
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("flotilla plan exit: %v, want 1", err)
 	}
 	var jp Plan
 	if err := json.Unmarshal(out, &jp); err != nil {
@@ -273,6 +275,10 @@ func TestPlanAgainstAgent(t *testing.T) {
 	}
 	if c := jp.Counts(); c.Create != 3 || c.Update != 2 || c.Delete != 1 || c.Invalid != 0 {
 		t.Errorf("json counts %+v", c)
+	}
+	if s := jp.Scheduling; s == nil || s.Pending != 3 || len(s.Workloads) != 1 ||
+		!strings.Contains(s.Workloads[0].Reason, "untolerated taint {node.flotilla.dev/no-pods: true}") {
+		t.Errorf("json scheduling %+v, want the 3 pods of Deployment demo/web Pending on the no-pods taint", jp.Scheduling)
 	}
 
 	if after := snapshot(); !reflect.DeepEqual(before, after) {

@@ -57,6 +57,12 @@ func parseID(ref v1alpha1.ResourceRef) (ns, name string, gvk schema.GroupVersion
 // objects annotated flotilla.dev/prune: disabled, the protected namespaces and namespaces the
 // source did not create. It returns the ids it deleted (or found gone) and the ids it kept.
 func (a *Applier) Prune(ctx context.Context, stale []v1alpha1.ResourceRef, source string) (deleted, kept []string, err error) {
+	return a.PruneWith(ctx, stale, source, nil)
+}
+
+// PruneWith is Prune that also keeps the objects for which keep (when not nil) gives a
+// reason.
+func (a *Applier) PruneWith(ctx context.Context, stale []v1alpha1.ResourceRef, source string, keep func(*unstructured.Unstructured) string) (deleted, kept []string, err error) {
 	var errs []error
 	// Namespaces last, so their contents are deleted by us first and not by cascade.
 	slices.SortStableFunc(stale, func(x, y v1alpha1.ResourceRef) int {
@@ -88,7 +94,7 @@ func (a *Applier) Prune(ctx context.Context, stale []v1alpha1.ResourceRef, sourc
 			errs = append(errs, fmt.Errorf("prune %s: %w", ref.ID, gerr))
 			continue
 		}
-		if PruneKeepReason(live, source) != "" {
+		if PruneKeepReason(live, source) != "" || (keep != nil && keep(live) != "") {
 			kept = append(kept, ref.ID)
 			continue
 		}
@@ -101,6 +107,17 @@ func (a *Applier) Prune(ctx context.Context, stale []v1alpha1.ResourceRef, sourc
 		deleted = append(deleted, ref.ID)
 	}
 	return deleted, kept, errors.Join(errs...)
+}
+
+// entriesOf returns the entries of refs whose id is in ids.
+func entriesOf(refs []v1alpha1.ResourceRef, ids []string) []v1alpha1.ResourceRef {
+	var out []v1alpha1.ResourceRef
+	for _, r := range refs {
+		if slices.Contains(ids, r.ID) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func boolInt(b bool) int {

@@ -58,6 +58,18 @@ that look across objects (Ingress hosts, budgets of critical Deployments) count 
 revision's own objects. Pod Security admission runs first, as on the site: the levels the
 revision's Namespaces label, else the site default (baseline).
 
+Scheduling: with --kubeconfig, when the revision creates, updates or deletes workloads
+(Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs, Pods), plan runs flotilla's own
+scheduler on a snapshot of the site's Nodes and pods, as the site's scheduler would once the
+revision is applied: the pods of the workloads the revision replaces or deletes are taken
+away (a workload whose pod template does not change only scales and keeps its pods), then
+the revision's pods, built from their templates with their priority, are placed one after
+the other, highest priority first. It reports per workload how many pods would fit and why
+the others would stay Pending, in the scheduler's words (e.g. "0/3 nodes are available: 3
+Insufficient memory."), and per node the cpu, memory and pods requested before and after. A
+credential that may not list Nodes, Pods, Namespaces, claims, volumes, PriorityClasses,
+StorageClasses or ReplicaSets gets a warning "scheduling not simulated", never a failure.
+
 Custom resources whose CustomResourceDefinition is in the same revision are checked against
 that definition as gitsync checks them (OpenAPI schema, defaults, CEL rules), with or
 without --kubeconfig: one that violates it is invalid and the plan names the field; a valid
@@ -69,8 +81,9 @@ file and the field), and --git-max-objects, --git-max-object-size and --git-rend
 bound it as they bound the agent's (give the agent's values to see what the site would
 refuse); the other --git-* flags concern fetching and do not apply here.
 
-Exit status: 1 when rendering fails or an object is invalid; with --detailed-exitcode, 2
-when the plan is valid and changes something, 0 when it changes nothing.`,
+Exit status: 1 when rendering fails or an object is invalid; with --detailed-exitcode, 1
+also when pods of the revision would stay Pending, else 2 when the plan is valid and changes
+something, 0 when it changes nothing.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			repo := "."
@@ -94,14 +107,14 @@ when the plan is valid and changes something, 0 when it changes nothing.`,
 	f.StringVar(&o.path, "path", "", "directory in the repository to render (default: the GitSource's spec.path, offline the root)")
 	f.StringVar(&o.output, "output", "text", "output format: text, markdown (for a pull-request comment) or json")
 	f.StringVar(&o.policies, "policies", policies.SetNone, "offline: the built-in admission policy set the site installs (its agents' --policies: none, baseline or restricted), evaluated with the revision's own policies; with --kubeconfig the site's policies are used")
-	f.BoolVar(&o.detailed, "detailed-exitcode", false, "exit 2 when the plan is valid and has changes, 0 when it has none")
+	f.BoolVar(&o.detailed, "detailed-exitcode", false, "exit 1 when pods would stay Pending, 2 when the plan is valid and has changes, 0 when it has none")
 	addGitLimitFlags(f, &o.limits)
 	return cmd
 }
 
 // runPlan writes the plan to out and returns the exit status; errors are for failures
-// to render or to reach the API (exit 1), an invalid object returns an error after the
-// plan is written.
+// to render or to reach the API (exit 1), an invalid object (or, with --detailed-exitcode,
+// a pod that would stay Pending) returns an error after the plan is written.
 func runPlan(ctx context.Context, o planOptions, repo string, out io.Writer) (int, error) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -146,11 +159,21 @@ func runPlan(ctx context.Context, o planOptions, repo string, out io.Writer) (in
 			return 1, err
 		}
 	}
-	code := p.ExitCode(o.detailed)
-	if code == 1 {
+	return planExit(p, o.detailed)
+}
+
+// planExit is the exit status of a plan written out (see Plan.ExitCode), with the error
+// main prints for 1.
+func planExit(p *gitsync.Plan, detailed bool) (int, error) {
+	code := p.ExitCode(detailed)
+	switch {
+	case code != 1:
+		return code, nil
+	case p.Counts().Invalid > 0:
 		return 1, fmt.Errorf("%d object(s) failed validation: gitsync would apply nothing of this revision; fix them", p.Counts().Invalid)
+	default:
+		return 1, fmt.Errorf("%d pod(s) of this revision would stay Pending (see Scheduling)", p.Pending())
 	}
-	return code, nil
 }
 
 func planApplier(kubeconfig string) (*gitsync.Applier, error) {

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/go-git/go-git/v5"
+
+	"github.com/flotilla-dev/flotilla/gitsync"
 )
 
 const planTestCRD = `apiVersion: apiextensions.k8s.io/v1
@@ -178,5 +180,29 @@ spec:
 	out, _, _ = plan("markdown", false)
 	if !strings.HasPrefix(out, "❌ **flotilla plan** `app`: Rendered 6 object(s)") || !strings.Contains(out, "Offline: every object validated") {
 		t.Errorf("markdown plan:\n%s", out)
+	}
+}
+
+// TestPlanExitPending: with --detailed-exitcode, pods that would stay Pending make the plan
+// fail (1, saying how many) before "changes" (2); without it they only show.
+func TestPlanExitPending(t *testing.T) {
+	p := &gitsync.Plan{Items: []gitsync.PlanItem{{Action: gitsync.PlanCreate, Kind: "Deployment", Namespace: "default", Name: "web"}},
+		Scheduling: &gitsync.SchedulingReport{Nodes: 3, Pending: 2, Workloads: []gitsync.WorkloadScheduling{{Kind: "Deployment",
+			Namespace: "default", Name: "web", Pods: 5, Fit: 3, Pending: 2, Reason: "0/3 nodes are available: 3 Insufficient memory."}}}}
+	code, err := planExit(p, true)
+	if code != 1 || err == nil || err.Error() != "2 pod(s) of this revision would stay Pending (see Scheduling)" {
+		t.Errorf("pending, detailed: %d, %v", code, err)
+	}
+	if code, err := planExit(p, false); code != 0 || err != nil {
+		t.Errorf("pending, not detailed: %d, %v", code, err)
+	}
+	p.Scheduling.Pending, p.Scheduling.Workloads[0].Pending = 0, 0
+	if code, err := planExit(p, true); code != 2 || err != nil {
+		t.Errorf("no pending, detailed: %d, %v", code, err)
+	}
+	p.Items = append(p.Items, gitsync.PlanItem{Action: gitsync.PlanInvalid, Reason: "bad"})
+	p.Scheduling.Pending = 2
+	if code, err := planExit(p, true); code != 1 || err == nil || !strings.Contains(err.Error(), "1 object(s) failed validation") {
+		t.Errorf("invalid and pending: %d, %v", code, err)
 	}
 }

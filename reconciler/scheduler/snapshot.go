@@ -51,6 +51,21 @@ func NewSnapshot(nodes ...*NodeInfo) *Snapshot {
 // Get returns the named node's info or nil.
 func (s *Snapshot) Get(name string) *NodeInfo { return s.byName[name] }
 
+// AddPod counts pi on the named node, as the cache counts a pod it assumes there, so that the
+// next decision made on s sees it (its requests, ports and affinity terms). It reports false
+// when s has no such node. A simulation (flotilla plan) places pod after pod on one snapshot
+// this way.
+func (s *Snapshot) AddPod(node string, pi *PodInfo) bool {
+	ni := s.byName[node]
+	if ni == nil || ni.Node == nil {
+		return false
+	}
+	before := ni.PodsWithAffinity
+	ni.AddPod(pi)
+	s.PodsWithAffinity += ni.PodsWithAffinity - before
+	return true
+}
+
 // featureVersion is the version feature requirements are inferred for: this binary's
 // Kubernetes API level, which every host of a site runs.
 var featureVersion = version.MustParse(basever.DefaultKubeBinaryVersion + ".0")

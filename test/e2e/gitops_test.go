@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -243,6 +245,108 @@ spec: {url: %q, ref: {branch: main}, interval: 3s, serviceAccountName: site-depl
 		waitFor(t, 60*time.Second, "reverted commit applied", func() (bool, string) {
 			ready, reason, m, applied := gitSource(t, dyn)
 			return ready == "True" && strings.HasSuffix(applied, rev), fmt.Sprintf("%s %s %s %s", ready, reason, m, applied)
+		})
+	})
+
+	t.Run("a commit that crash-loops is rolled back to the last healthy revision", func(t *testing.T) {
+		ctx := context.Background()
+		const healthTimeout = 30 * time.Second
+		gs := dyn.Resource(gitsync.GitSourceResource).Namespace("kube-system")
+		setSpec := func(spec string) {
+			t.Helper()
+			if _, err := gs.Patch(ctx, "site", types.MergePatchType, []byte(`{"spec":`+spec+`}`), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		status := func() map[string]any {
+			u, err := gs.Get(ctx, "site", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, _, _ := unstructured.NestedMap(u.Object, "status")
+			return st
+		}
+		setSpec(fmt.Sprintf(`{"wait":true,"rollback":{"enabled":true,"healthTimeout":%q}}`, healthTimeout))
+		defer setSpec(`{"wait":null,"rollback":null}`)
+		current, err := repo.Read("deployment.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var healthy string
+		waitFor(t, 60*time.Second, "the running revision recorded as healthy", func() (bool, string) {
+			ready, reason, msg, applied := gitSource(t, dyn)
+			healthy = applied
+			return ready == "True" && applied != "" && status()["lastHealthyRevision"] == applied, fmt.Sprintf("%s %s %s %v", ready, reason, msg, status())
+		})
+
+		p := startProber(s.Hosts)
+		// toolbox without a command prints its usage and exits: the new pod crash-loops.
+		crash := strings.Replace(current, "image: flotilla.local/hello:v2", "image: flotilla.local/toolbox:latest", 1)
+		if crash == current {
+			t.Fatal("deployment.yaml no longer runs flotilla.local/hello:v2")
+		}
+		bad, err := repo.Commit("hello: an image that crash-loops", map[string]string{"deployment.yaml": crash})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 60*time.Second, "the crash-looping revision applied", func() (bool, string) {
+			_, _, _, applied := gitSource(t, dyn)
+			return strings.HasSuffix(applied, bad), applied
+		})
+		appliedAt := time.Now()
+		var msg string
+		waitFor(t, healthTimeout+60*time.Second, "the source rolled back", func() (bool, string) {
+			ready, reason, m, applied := gitSource(t, dyn)
+			msg = m
+			return ready == "False" && reason == gitsync.ReasonRolledBack && applied == healthy, fmt.Sprintf("%s %s %s %s", ready, reason, m, applied)
+		})
+		t.Logf("GitSource after the rollback: %s", msg)
+		if !strings.Contains(msg, bad) || !strings.Contains(msg, "Deployment hello/hello: pod hello-") || !strings.Contains(msg, "container hello") {
+			t.Errorf("Ready message %q does not name the bad revision, the Deployment and its failing pod", msg)
+		}
+		rb, _ := status()["rolledBack"].(map[string]any)
+		if rb == nil || !strings.HasSuffix(fmt.Sprint(rb["revision"]), bad) || rb["to"] != healthy {
+			t.Errorf("status.rolledBack = %v, want revision %s, to %s", rb, bad, healthy)
+		}
+		waitFor(t, healthTimeout+30*time.Second-time.Since(appliedAt), "the previous version rolled out again and answering", func() (bool, string) {
+			d, err := c.AppsV1().Deployments("hello").Get(ctx, "hello", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			image := d.Spec.Template.Spec.Containers[0].Image
+			done := image == "flotilla.local/hello:v2" && d.Status.ObservedGeneration == d.Generation && d.Status.UpdatedReplicas == 3 &&
+				d.Status.AvailableReplicas == 3 && d.Status.Replicas == 3
+			code, body, err := get("http://"+s.Hosts[2].IP+"/", "")
+			return done && code == 200 && strings.Contains(body, "version v2"), fmt.Sprintf("image %s, updated %d available %d total %d; %d %q %v",
+				image, d.Status.UpdatedReplicas, d.Status.AvailableReplicas, d.Status.Replicas, code, body, err)
+		})
+		t.Logf("crash-looping revision applied -> previous version rolled out again: %s (health timeout %s)", time.Since(appliedAt).Round(100*time.Millisecond), healthTimeout)
+		ok, failed, errs := p.halt()
+		t.Logf("requests meanwhile: %d ok, %d failed, versions seen %v", ok, failed, p.versions)
+		if failed > 0 {
+			t.Errorf("%d requests failed while the bad revision was applied and rolled back: %v", failed, errs)
+		}
+
+		// plan says the source is rolled back.
+		out, err := exec.Command(framework.FlotillaBin(t), "plan", "--kubeconfig", s.Hosts[0].Kubeconfig(), "--source", "kube-system/site", repo.Work).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "rolled back") || !strings.Contains(string(out), bad) {
+			t.Errorf("flotilla plan does not say the source is rolled back (%v):\n%s", err, out)
+		}
+
+		// The bad revision is not applied again; the next commit is, normally.
+		fixed := strings.Replace(current, "  labels: {app: hello}\n", "  labels: {app: hello, tier: web}\n", 1)
+		if fixed == current {
+			t.Fatal("deployment.yaml has no metadata.labels {app: hello}")
+		}
+		good, err := repo.Commit("hello: a label", map[string]string{"deployment.yaml": fixed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 90*time.Second, "the next commit applied, healthy and Ready", func() (bool, string) {
+			ready, reason, m, applied := gitSource(t, dyn)
+			st := status()
+			return ready == "True" && strings.HasSuffix(applied, good) && st["rolledBack"] == nil && st["lastHealthyRevision"] == applied,
+				fmt.Sprintf("%s %s %s %s", ready, reason, m, applied)
 		})
 	})
 

@@ -34,6 +34,11 @@ spec: {url: "https://git.example.com/apps.git", interval: 1m0s, ref: {branch: ma
 			want: gs(`{spec: {url: "file:///srv/site.git", path: ./clusters/edge, suspend: true, interval: 1m0s, ref: {branch: main}, prune: true}}`),
 		},
 		{
+			name: "rollback without a health timeout",
+			in:   gs(`{spec: {url: "file:///srv/site.git", wait: true, rollback: {enabled: true}}}`),
+			want: gs(`{spec: {url: "file:///srv/site.git", wait: true, rollback: {enabled: true, healthTimeout: 5m0s}, interval: 1m0s, ref: {branch: main}, prune: true}}`),
+		},
+		{
 			name: "only semver set",
 			in:   gs(`{spec: {url: "https://git.example.com/apps.git", ref: {semver: "~1.4"}, interval: 5m}}`),
 			want: gs(`{spec: {url: "https://git.example.com/apps.git", ref: {semver: "~1.4"}, interval: 5m0s, prune: true}}`),
@@ -56,7 +61,7 @@ spec: {url: "https://git.example.com/apps.git", interval: 1m0s, ref: {branch: ma
 // must not hide it) and expects no change.
 func TestGitSourceExplicitValuesKept(t *testing.T) {
 	objs := []runtime.Object{
-		fromYAML(t, `{spec: {url: "https://git.example.com/apps.git", interval: 10m, timeout: 30s, ref: {tag: v1.2.0}, prune: false}}`,
+		fromYAML(t, `{spec: {url: "https://git.example.com/apps.git", interval: 10m, timeout: 30s, ref: {tag: v1.2.0}, prune: false, rollback: {enabled: true, healthTimeout: 2m}}}`,
 			&flotillav1alpha1.GitSource{}),
 		fromYAML(t, `{spec: {url: "https://git.example.com/apps.git", interval: -1m, ref: {commit: 0123456789abcdef0123456789abcdef01234567}, prune: true}}`,
 			&flotillav1alpha1.GitSource{}),

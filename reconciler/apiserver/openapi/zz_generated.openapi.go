@@ -42,8 +42,10 @@ import (
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
 		v1alpha1.GitRef{}.OpenAPIModelName():                                         schema_apiserver_apis_flotilla_v1alpha1_GitRef(ref),
+		v1alpha1.GitRollback{}.OpenAPIModelName():                                    schema_apiserver_apis_flotilla_v1alpha1_GitRollback(ref),
 		v1alpha1.GitSource{}.OpenAPIModelName():                                      schema_apiserver_apis_flotilla_v1alpha1_GitSource(ref),
 		v1alpha1.GitSourceList{}.OpenAPIModelName():                                  schema_apiserver_apis_flotilla_v1alpha1_GitSourceList(ref),
+		v1alpha1.GitSourceRollback{}.OpenAPIModelName():                              schema_apiserver_apis_flotilla_v1alpha1_GitSourceRollback(ref),
 		v1alpha1.GitSourceSpec{}.OpenAPIModelName():                                  schema_apiserver_apis_flotilla_v1alpha1_GitSourceSpec(ref),
 		v1alpha1.GitSourceStatus{}.OpenAPIModelName():                                schema_apiserver_apis_flotilla_v1alpha1_GitSourceStatus(ref),
 		v1alpha1.GitVerification{}.OpenAPIModelName():                                schema_apiserver_apis_flotilla_v1alpha1_GitVerification(ref),
@@ -712,6 +714,34 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitRef(ref common.ReferenceCallback
 	}
 }
 
+func schema_apiserver_apis_flotilla_v1alpha1_GitRollback(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "GitRollback configures the automatic revert of a revision that does not become healthy.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"enabled": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Enabled turns the revert on. When a revision applied is not healthy within healthTimeout (a Deployment past its progress deadline, pods crash-looping or failing to pull, a Job failed, a dependency unhealthy), gitsync re-applies the last revision that was healthy (status.lastHealthyRevision), sets Ready False with reason RolledBack naming the revision and its first failing object (status.rolledBack), and does not apply that revision again until a new commit arrives. A rollback deletes no data: PersistentVolumeClaims, PersistentVolumes, Namespaces, CustomResourceDefinitions and objects annotated flotilla.dev/prune: disabled that the bad revision added stay (and stay in the inventory, pruned by a later revision that no longer has them).",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"healthTimeout": {
+						SchemaProps: spec.SchemaProps{
+							Description: "HealthTimeout is how long an applied revision has to become healthy: at least 10s. Defaults to 5m.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.Duration{}.OpenAPIModelName()},
+	}
+}
+
 func schema_apiserver_apis_flotilla_v1alpha1_GitSource(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -809,6 +839,51 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitSourceList(ref common.ReferenceC
 		},
 		Dependencies: []string{
 			v1alpha1.GitSource{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_flotilla_v1alpha1_GitSourceRollback(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "GitSourceRollback records a revision that was rolled back.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"revision": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Revision is the revision that did not become healthy and is not applied again until a new commit arrives.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"to": {
+						SchemaProps: spec.SchemaProps{
+							Description: "To is the revision re-applied in its place (the last healthy one).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason is the first object of Revision that was not healthy, and why: \"Kind namespace/name: message\".",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"time": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Time is when the rollback was decided.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"revision", "to"},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -912,6 +987,19 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitSourceSpec(ref common.ReferenceC
 							Format:      "",
 						},
 					},
+					"wait": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Wait makes Ready True only once every applied object is healthy (the health of status.health, per kind): until then Ready is False with reason Progressing, and after spec.rollback.healthTimeout (default 5m) with reason HealthCheckFailed naming the first object that is not healthy. spec.rollback waits whether or not it is set.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"rollback": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Rollback re-applies the last healthy revision when an applied revision does not become healthy in time.",
+							Ref:         ref(v1alpha1.GitRollback{}.OpenAPIModelName()),
+						},
+					},
 					"insecure": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Insecure allows an http:// or git:// URL, whose content a network attacker can change on the way (set spec.verify to detect that). Credentials are never sent over such a URL: spec.secretRef is refused with it. The status carries a Warning condition while it is in use.",
@@ -924,7 +1012,7 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitSourceSpec(ref common.ReferenceC
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.GitRef{}.OpenAPIModelName(), v1alpha1.GitVerification{}.OpenAPIModelName(), v1alpha1.LocalObjectReference{}.OpenAPIModelName(), v1alpha1.NamespacedObjectReference{}.OpenAPIModelName(), metav1.Duration{}.OpenAPIModelName()},
+			v1alpha1.GitRef{}.OpenAPIModelName(), v1alpha1.GitRollback{}.OpenAPIModelName(), v1alpha1.GitVerification{}.OpenAPIModelName(), v1alpha1.LocalObjectReference{}.OpenAPIModelName(), v1alpha1.NamespacedObjectReference{}.OpenAPIModelName(), metav1.Duration{}.OpenAPIModelName()},
 	}
 }
 
@@ -986,6 +1074,25 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitSourceStatus(ref common.Referenc
 							Format:      "",
 						},
 					},
+					"lastAppliedTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LastAppliedTime is when LastAppliedRevision was first applied (the health timeout of spec.wait and spec.rollback counts from it).",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"lastHealthyRevision": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LastHealthyRevision is the last revision that was applied and then healthy, the one spec.rollback re-applies.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"rolledBack": {
+						SchemaProps: spec.SchemaProps{
+							Description: "RolledBack is set while a revision is rolled back (spec.rollback): cleared when a new commit arrives.",
+							Ref:         ref(v1alpha1.GitSourceRollback{}.OpenAPIModelName()),
+						},
+					},
 					"inventory": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Inventory lists the objects applied from LastAppliedRevision; pruning deletes the entries that the next revision no longer renders.",
@@ -1022,7 +1129,7 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitSourceStatus(ref common.Referenc
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.ResourceInventory{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
+			v1alpha1.GitSourceRollback{}.OpenAPIModelName(), v1alpha1.ResourceInventory{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
 	}
 }
 

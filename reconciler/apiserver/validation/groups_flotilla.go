@@ -142,6 +142,12 @@ func validateGitSourceSpec(gs *flotillav1alpha1.GitSource, p *field.Path, minInt
 			"must be greater than zero: set a positive duration, or remove it to use the interval"))
 	}
 
+	if r := s.Rollback; r != nil && r.HealthTimeout != nil && r.HealthTimeout.Duration < flotillav1alpha1.MinHealthTimeout {
+		errs = append(errs, field.Invalid(p.Child("rollback", "healthTimeout"), r.HealthTimeout.Duration.String(), fmt.Sprintf(
+			"must be at least %s: the pods of a revision need time to start; set %s or more, or remove it for the default %s",
+			flotillav1alpha1.MinHealthTimeout, flotillav1alpha1.MinHealthTimeout, flotillav1alpha1.DefaultHealthTimeout)))
+	}
+
 	errs = append(errs, validateSecretRef(s.SecretRef, p.Child("secretRef"))...)
 	errs = append(errs, validateSecretRef(s.WebhookSecretRef, p.Child("webhookSecretRef"))...)
 	if v := s.Verify; v != nil {

@@ -48,6 +48,12 @@ func TestValidateGitSource(t *testing.T) {
 		return func(g *gs) { g.Spec.DependsOn = refs }
 	}
 	sa := func(name string) func(*gs) { return func(g *gs) { g.Spec.ServiceAccountName = name } }
+	rollback := func(d time.Duration) func(*gs) {
+		return func(g *gs) {
+			g.Spec.Wait = true
+			g.Spec.Rollback = &flotillav1alpha1.GitRollback{Enabled: true, HealthTimeout: &metav1.Duration{Duration: d}}
+		}
+	}
 	verify := func(mode flotillav1alpha1.VerifyMode, secret string) func(*gs) {
 		return func(g *gs) {
 			g.Spec.Verify = &flotillav1alpha1.GitVerification{Mode: mode}
@@ -118,6 +124,8 @@ func TestValidateGitSource(t *testing.T) {
 
 		// spec.interval, spec.timeout
 		{"interval 10s", interval(10 * time.Second), none(), ""},
+		{"rollback with health timeout 10s", rollback(10 * time.Second), none(), ""},
+		{"rollback with health timeout 5s", rollback(5 * time.Second), errs(inv("spec.rollback.healthTimeout")), "at least 10s"},
 		{"interval 5s", interval(5 * time.Second), errs(inv("spec.interval")), "at least 10s"},
 		{"interval negative", interval(-time.Minute), errs(inv("spec.interval")), "at least 10s"},
 		{"interval unset, not defaulted", interval(0), none(), ""},

@@ -14,12 +14,18 @@ const (
 	DefaultInterval = time.Minute
 	// MinInterval is the shortest spec.interval the API accepts.
 	MinInterval = 10 * time.Second
+	// DefaultHealthTimeout is how long an applied revision has to become healthy, when
+	// spec.wait or spec.rollback asks for it and spec.rollback.healthTimeout is unset.
+	DefaultHealthTimeout = 5 * time.Minute
+	// MinHealthTimeout is the shortest spec.rollback.healthTimeout the API accepts.
+	MinHealthTimeout = 10 * time.Second
 )
 
 // Condition types recorded in GitSourceStatus.Conditions (the flux/kstatus set).
 const (
 	// ConditionReady is True when the last attempted revision was fetched, verified,
-	// rendered and applied. Whether the applied objects are healthy is ConditionHealthy.
+	// rendered and applied (with spec.wait or spec.rollback, and its objects healthy).
+	// Whether the applied objects are healthy is ConditionHealthy.
 	ConditionReady = "Ready"
 	// ConditionHealthy is True when every applied object is healthy as kstatus computes it
 	// (Deployments available, Jobs complete, ...); its message lists what still progresses.
@@ -138,12 +144,66 @@ type GitSourceSpec struct {
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
 
+	// Wait makes Ready True only once every applied object is healthy (the health of
+	// status.health, per kind): until then Ready is False with reason Progressing, and
+	// after spec.rollback.healthTimeout (default 5m) with reason HealthCheckFailed naming
+	// the first object that is not healthy. spec.rollback waits whether or not it is set.
+	// +optional
+	Wait bool `json:"wait,omitempty"`
+
+	// Rollback re-applies the last healthy revision when an applied revision does not
+	// become healthy in time.
+	// +optional
+	Rollback *GitRollback `json:"rollback,omitempty"`
+
 	// Insecure allows an http:// or git:// URL, whose content a network attacker can
 	// change on the way (set spec.verify to detect that). Credentials are never sent over
 	// such a URL: spec.secretRef is refused with it. The status carries a Warning condition
 	// while it is in use.
 	// +optional
 	Insecure bool `json:"insecure,omitempty"`
+}
+
+// GitRollback configures the automatic revert of a revision that does not become healthy.
+type GitRollback struct {
+	// Enabled turns the revert on. When a revision applied is not healthy within
+	// healthTimeout (a Deployment past its progress deadline, pods crash-looping or
+	// failing to pull, a Job failed, a dependency unhealthy), gitsync re-applies the last
+	// revision that was healthy (status.lastHealthyRevision), sets Ready False with reason
+	// RolledBack naming the revision and its first failing object (status.rolledBack), and
+	// does not apply that revision again until a new commit arrives. A rollback deletes no
+	// data: PersistentVolumeClaims, PersistentVolumes, Namespaces,
+	// CustomResourceDefinitions and objects annotated flotilla.dev/prune: disabled that the
+	// bad revision added stay (and stay in the inventory, pruned by a later revision that no
+	// longer has them).
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+
+	// HealthTimeout is how long an applied revision has to become healthy: at least 10s.
+	// Defaults to 5m.
+	// +optional
+	HealthTimeout *metav1.Duration `json:"healthTimeout,omitempty"`
+}
+
+// GitSourceRollback records a revision that was rolled back.
+type GitSourceRollback struct {
+	// Revision is the revision that did not become healthy and is not applied again until
+	// a new commit arrives.
+	// +required
+	Revision string `json:"revision"`
+
+	// To is the revision re-applied in its place (the last healthy one).
+	// +required
+	To string `json:"to"`
+
+	// Reason is the first object of Revision that was not healthy, and why:
+	// "Kind namespace/name: message".
+	// +optional
+	Reason string `json:"reason,omitempty"`
+
+	// Time is when the rollback was decided.
+	// +optional
+	Time metav1.Time `json:"time,omitempty"`
 }
 
 // GitRef selects what to check out. Exactly one field is set (the server sets branch
@@ -240,6 +300,21 @@ type GitSourceStatus struct {
 	// LastAttemptedRevision is the last revision an apply was attempted for, successful or not.
 	// +optional
 	LastAttemptedRevision string `json:"lastAttemptedRevision,omitempty"`
+
+	// LastAppliedTime is when LastAppliedRevision was first applied (the health timeout of
+	// spec.wait and spec.rollback counts from it).
+	// +optional
+	LastAppliedTime *metav1.Time `json:"lastAppliedTime,omitempty"`
+
+	// LastHealthyRevision is the last revision that was applied and then healthy, the one
+	// spec.rollback re-applies.
+	// +optional
+	LastHealthyRevision string `json:"lastHealthyRevision,omitempty"`
+
+	// RolledBack is set while a revision is rolled back (spec.rollback): cleared when a new
+	// commit arrives.
+	// +optional
+	RolledBack *GitSourceRollback `json:"rolledBack,omitempty"`
 
 	// Inventory lists the objects applied from LastAppliedRevision; pruning deletes
 	// the entries that the next revision no longer renders.

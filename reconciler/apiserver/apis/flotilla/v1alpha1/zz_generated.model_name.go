@@ -13,6 +13,11 @@ func (in GitRef) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in GitRollback) OpenAPIModelName() string {
+	return "dev.flotilla.v1alpha1.GitRollback"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in GitSource) OpenAPIModelName() string {
 	return "dev.flotilla.v1alpha1.GitSource"
 }
@@ -20,6 +25,11 @@ func (in GitSource) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in GitSourceList) OpenAPIModelName() string {
 	return "dev.flotilla.v1alpha1.GitSourceList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in GitSourceRollback) OpenAPIModelName() string {
+	return "dev.flotilla.v1alpha1.GitSourceRollback"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
