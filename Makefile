@@ -21,7 +21,7 @@ LDFLAGS := -s -w $(KUBE_LDFLAGS) -X main.flotillaVersion=$(VERSION)
 
 GO_TEST_TIMEOUT ?= 35m
 
-.PHONY: all deps build kubectl images generate verify-generate test unit-test lint demo demo-down bench bench-api bench-scheduler bench-proxy bench-e2e bench-robustness bench-endurance bench-policies clean
+.PHONY: all deps build kubectl images generate verify-generate test unit-test lint demo demo-down bench bench-api bench-scheduler bench-proxy bench-e2e bench-robustness bench-endurance bench-policies bench-fleet clean
 
 all: build
 
@@ -78,7 +78,7 @@ demo-down:
 	FLOTILLA_BIN=$(BIN)/flotilla hack/demo.sh down
 
 ## bench: measurements that are too slow for `make test`; prints figures.
-bench: deps build kubectl bench-api bench-scheduler bench-proxy bench-e2e bench-robustness bench-endurance bench-policies
+bench: deps build kubectl bench-api bench-scheduler bench-proxy bench-e2e bench-robustness bench-endurance bench-policies bench-fleet
 
 bench-api: deps build kubectl
 	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl \
@@ -128,6 +128,12 @@ bench-endurance: deps build kubectl images
 bench-policies: deps build
 	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench BenchmarkPolicyWriteLatency -benchtime 1x -timeout 20m ./test/api/
 	$(GO) test -run '^$$' -bench BenchmarkPlanOfflinePolicies -benchtime 1x -timeout 20m ./gitsync/
+
+## bench-fleet: 100 sites push their fleet status to one bare repository at once (file://, the
+## git binary's receive-pack), 5 rounds: reports lost (must be 0), the time of the writes of a
+## round and of one read of the 100 statuses, and the pushes retried.
+bench-fleet: deps
+	$(GO) test -run '^$$' -bench BenchmarkFleetStatus100Sites -benchtime 5x -timeout 10m ./fleet/
 
 clean:
 	rm -rf $(BIN)
