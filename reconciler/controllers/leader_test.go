@@ -49,6 +49,26 @@ func campaign(t *testing.T, etcd *clientv3.Client, kube *fake.Clientset, name st
 	return c
 }
 
+// waitCampaignKey waits until host has a campaign key in the election named lease.
+func waitCampaignKey(t *testing.T, etcd *clientv3.Client, lease, host string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := etcd.Get(context.Background(), ElectionPrefix+lease+"/", clientv3.WithPrefix())
+		if err == nil {
+			for _, kv := range resp.Kvs {
+				if string(kv.Value) == host && kv.Lease != 0 {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has no campaign key after 10s (%v)", host, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func next(t *testing.T, ch <-chan event, within time.Duration) event {
 	t.Helper()
 	select {
@@ -78,6 +98,8 @@ func TestLeaderElectionOnEtcdLease(t *testing.T) {
 	}
 
 	b := campaign(t, etcd, kube, "host-b", lc, events)
+	// host-b is in line (its campaign key is written) before host-a starts.
+	waitCampaignKey(t, etcd, "test-lease", "host-b")
 	// host-b waits behind the stale key; host-a, restarting, revokes its own earlier campaign
 	// and host-b, first in line, leads well before the stale lease would have expired.
 	start := time.Now()
