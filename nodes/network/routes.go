@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/flotilla-dev/flotilla/internal/kick"
 )
 
 // RouteProtocol marks the routes this package adds (the rtm_protocol of `ip route ... proto
@@ -302,30 +304,22 @@ func runRoutes(ctx context.Context, client kubernetes.Interface, self string, cf
 	}
 	informer := factory.Core().V1().Nodes()
 	lister := informer.Lister()
-	kick := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
+	k := kick.New()
+	h := k.Handler()
+	h.UpdateFunc = func(old, cur any) {
+		o, ok1 := old.(*corev1.Node)
+		c, ok2 := cur.(*corev1.Node)
+		// Heartbeats update every node every few seconds: only address and CIDR changes matter.
+		if !ok1 || !ok2 || !samePeers(peersOf(o), peersOf(c)) {
+			k.Poke()
 		}
 	}
-	reg, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { poke() },
-		UpdateFunc: func(old, cur any) {
-			o, ok1 := old.(*corev1.Node)
-			c, ok2 := cur.(*corev1.Node)
-			// Heartbeats update every node every few seconds: only address and CIDR changes matter.
-			if !ok1 || !ok2 || !samePeers(peersOf(o), peersOf(c)) {
-				poke()
-			}
-		},
-		DeleteFunc: func(any) { poke() },
-	})
+	remove, err := kick.AddHandlers(kick.On{Informer: informer.Informer(), Handler: h})
 	if err != nil {
 		return fmt.Errorf("pod routes: node handler: %w", err)
 	}
 	// A shared informer outlives this function.
-	defer func() { _ = informer.Informer().RemoveEventHandler(reg) }()
+	defer remove()
 	factory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), informer.Informer().HasSynced) {
 		return nil
@@ -349,7 +343,7 @@ func runRoutes(ctx context.Context, client kubernetes.Interface, self string, cf
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-kick:
+		case <-k.C():
 		case <-tick.C:
 		}
 	}

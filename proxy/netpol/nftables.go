@@ -3,10 +3,8 @@ package netpol
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
-	"sort"
 	"sync"
 
 	"github.com/google/nftables"
@@ -166,36 +164,19 @@ func (t *Table) Cleanup() error {
 
 var errNeedsRebuild = errors.New("structure changed")
 
-type batch struct {
-	c    *nftables.Conn
-	tbl  *nftables.Table
-	sets map[string]*nftables.Set
-	err  error
-}
+// batch is one transaction on the policy table, with the policy-specific helpers.
+type batch struct{ *nftconn.Batch }
 
-func (b *batch) fail(err error) {
-	if b.err == nil && err != nil {
-		b.err = err
-	}
-}
+func newBatch(c *nftables.Conn, tbl *nftables.Table) *batch { return &batch{nftconn.NewBatch(c, tbl)} }
 
-func (b *batch) set(name string) *nftables.Set {
-	if s, ok := b.sets[name]; ok {
-		return s
-	}
-	return &nftables.Set{Table: b.tbl, Name: name}
-}
-
-func (b *batch) chain(name string) *nftables.Chain { return &nftables.Chain{Name: name, Table: b.tbl} }
-
+// addSet queues the address set of a rule peer (an interval set holds its ranges at once).
 func (b *batch) addSet(name string, spec SetSpec) {
-	s := &nftables.Set{Table: b.tbl, Name: name, KeyType: nftables.TypeIPAddr, Interval: spec.Interval}
+	s := &nftables.Set{Name: name, KeyType: nftables.TypeIPAddr, Interval: spec.Interval}
 	var els []nftables.SetElement
 	if spec.Interval {
 		els = rangeElems(spec.Ranges)
 	}
-	b.fail(b.c.AddSet(s, els))
-	b.sets[name] = s
+	b.AddSet(s, els)
 }
 
 // rangeElems are the elements of an interval set: each range's first address, and the
@@ -203,34 +184,18 @@ func (b *batch) addSet(name string, spec SetSpec) {
 func rangeElems(rs []Range) []nftables.SetElement {
 	var out []nftables.SetElement
 	for _, r := range rs {
-		out = append(out, nftables.SetElement{Key: ipBytes(r.First)})
+		out = append(out, nftables.SetElement{Key: nftconn.IPv4Bytes(r.First)})
 		if next := r.Last.Next(); next.IsValid() {
-			out = append(out, nftables.SetElement{Key: ipBytes(next), IntervalEnd: true})
+			out = append(out, nftables.SetElement{Key: nftconn.IPv4Bytes(next), IntervalEnd: true})
 		}
 	}
 	return out
 }
 
-func ipBytes(a netip.Addr) []byte { b := a.As4(); return b[:] }
-
-// elems queues element additions or deletions in chunks (a netlink attribute holds 64 KiB).
-func (b *batch) elems(set string, els []nftables.SetElement, del bool) {
-	const chunk = 512
-	s := b.set(set)
-	for i := 0; i < len(els); i += chunk {
-		j := min(i+chunk, len(els))
-		if del {
-			b.fail(b.c.SetDeleteElements(s, els[i:j]))
-		} else {
-			b.fail(b.c.SetAddElements(s, els[i:j]))
-		}
-	}
-}
-
 func addrElems(m map[netip.Addr]bool) []nftables.SetElement {
 	out := make([]nftables.SetElement, 0, len(m))
 	for a := range m {
-		out = append(out, nftables.SetElement{Key: ipBytes(a)})
+		out = append(out, nftables.SetElement{Key: nftconn.IPv4Bytes(a)})
 	}
 	return out
 }
@@ -238,7 +203,7 @@ func addrElems(m map[netip.Addr]bool) []nftables.SetElement {
 func mapElems(m map[netip.Addr]string, keysOnly bool) []nftables.SetElement {
 	out := make([]nftables.SetElement, 0, len(m))
 	for a, ch := range m {
-		e := nftables.SetElement{Key: ipBytes(a)}
+		e := nftables.SetElement{Key: nftconn.IPv4Bytes(a)}
 		if !keysOnly {
 			e.VerdictData = &expr.Verdict{Kind: expr.VerdictJump, Chain: ch}
 		}
@@ -252,31 +217,26 @@ func (t *Table) applyFull(rs *Ruleset) error {
 	if err != nil {
 		return err
 	}
-	b := &batch{c: c, tbl: t.tbl, sets: map[string]*nftables.Set{}}
-	// add (no-op if present) + delete + add: one transaction whether or not the table exists.
-	c.AddTable(t.tbl)
-	c.DelTable(t.tbl)
-	c.AddTable(t.tbl)
+	b := newBatch(c, t.tbl)
+	b.ReplaceTable()
 	for _, m := range []string{mapIngress, mapEgress} {
-		s := &nftables.Set{Table: t.tbl, Name: m, IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict}
-		b.fail(c.AddSet(s, nil))
-		b.sets[m] = s
+		b.AddSet(&nftables.Set{Name: m, IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict}, nil)
 	}
 	b.addSet(setHosts, SetSpec{})
-	b.elems(setHosts, addrElems(rs.Hosts), false)
-	for _, name := range sortedKeys(rs.Sets) {
+	b.Elems(setHosts, addrElems(rs.Hosts), false)
+	for _, name := range nftconn.SortedKeys(rs.Sets) {
 		b.addSet(name, rs.Sets[name])
 		if !rs.Sets[name].Interval {
-			b.elems(name, addrElems(rs.Addrs[name]), false)
+			b.Elems(name, addrElems(rs.Addrs[name]), false)
 		}
 	}
-	c.AddChain(b.chain(chainDeny))
-	chains := sortedKeys(rs.Chains)
+	c.AddChain(b.Chain(chainDeny))
+	chains := nftconn.SortedKeys(rs.Chains)
 	for _, name := range chains {
-		c.AddChain(b.chain(name))
+		c.AddChain(b.Chain(name))
 	}
-	b.elems(mapIngress, mapElems(rs.Ingress, false), false)
-	b.elems(mapEgress, mapElems(rs.Egress, false), false)
+	b.Elems(mapIngress, mapElems(rs.Ingress, false), false)
+	b.Elems(mapEgress, mapElems(rs.Egress, false), false)
 	b.addDenyRules()
 	for _, name := range chains {
 		b.addRules(name, rs.Chains[name])
@@ -290,10 +250,7 @@ func (t *Table) applyFull(rs *Ruleset) error {
 			c.AddRule(&nftables.Rule{Table: t.tbl, Chain: ch, Exprs: r})
 		}
 	}
-	if b.err != nil {
-		return b.err
-	}
-	return c.Flush()
+	return b.Flush()
 }
 
 // applyIncremental turns old into cur in one transaction: new sets and chains, element
@@ -309,39 +266,39 @@ func (t *Table) applyIncremental(old, cur *Ruleset) error {
 	if err != nil {
 		return err
 	}
-	b := &batch{c: c, tbl: t.tbl, sets: map[string]*nftables.Set{}}
+	b := newBatch(c, t.tbl)
 	// 1. New sets and chains.
-	for _, name := range sortedKeys(cur.Sets) {
+	for _, name := range nftconn.SortedKeys(cur.Sets) {
 		if _, ok := old.Sets[name]; !ok {
 			b.addSet(name, cur.Sets[name])
 		}
 	}
 	var added, changed, removed []string
-	for _, name := range sortedKeys(cur.Chains) {
+	for _, name := range nftconn.SortedKeys(cur.Chains) {
 		o, ok := old.Chains[name]
 		switch {
 		case !ok:
 			added = append(added, name)
-			c.AddChain(b.chain(name))
+			c.AddChain(b.Chain(name))
 		case !slices.Equal(o.Rules, cur.Chains[name].Rules) || o.Dir != cur.Chains[name].Dir:
 			changed = append(changed, name)
 		}
 	}
-	for _, name := range sortedKeys(old.Chains) {
+	for _, name := range nftconn.SortedKeys(old.Chains) {
 		if _, ok := cur.Chains[name]; !ok {
 			removed = append(removed, name)
 		}
 	}
 	// 2. Elements the new rules may rely on.
 	hostsAdd, hostsDel := diffAddrs(old.Hosts, cur.Hosts)
-	b.elems(setHosts, addrElems(hostsAdd), false)
-	for _, name := range sortedKeys(cur.Addrs) {
+	b.Elems(setHosts, addrElems(hostsAdd), false)
+	for _, name := range nftconn.SortedKeys(cur.Addrs) {
 		add, _ := diffAddrs(old.Addrs[name], cur.Addrs[name])
-		b.elems(name, addrElems(add), false)
+		b.Elems(name, addrElems(add), false)
 	}
 	// 3. Chains.
 	for _, name := range changed {
-		c.FlushChain(b.chain(name))
+		c.FlushChain(b.Chain(name))
 		b.addRules(name, cur.Chains[name])
 	}
 	for _, name := range added {
@@ -364,33 +321,30 @@ func (t *Table) applyIncremental(old, cur *Ruleset) error {
 				add[a] = ch
 			}
 		}
-		b.elems(m.name, mapElems(del, true), true)
-		b.elems(m.name, mapElems(add, false), false)
+		b.Elems(m.name, mapElems(del, true), true)
+		b.Elems(m.name, mapElems(add, false), false)
 	}
 	// 5. What is gone: chains (emptied first, so no jump holds another), sets, elements.
 	for _, name := range removed {
-		c.FlushChain(b.chain(name))
+		c.FlushChain(b.Chain(name))
 	}
 	for _, name := range removed {
-		c.DelChain(b.chain(name))
+		c.DelChain(b.Chain(name))
 	}
-	for _, name := range sortedKeys(old.Sets) {
+	for _, name := range nftconn.SortedKeys(old.Sets) {
 		if _, ok := cur.Sets[name]; !ok {
-			c.DelSet(b.set(name))
+			c.DelSet(b.Set(name))
 		}
 	}
-	for _, name := range sortedKeys(cur.Addrs) {
+	for _, name := range nftconn.SortedKeys(cur.Addrs) {
 		if _, ok := old.Sets[name]; !ok {
 			continue
 		}
 		_, del := diffAddrs(old.Addrs[name], cur.Addrs[name])
-		b.elems(name, addrElems(del), true)
+		b.Elems(name, addrElems(del), true)
 	}
-	b.elems(setHosts, addrElems(hostsDel), true)
-	if b.err != nil {
-		return b.err
-	}
-	return c.Flush()
+	b.Elems(setHosts, addrElems(hostsDel), true)
+	return b.Flush()
 }
 
 func diffAddrs(old, cur map[netip.Addr]bool) (add, del map[netip.Addr]bool) {
@@ -408,12 +362,6 @@ func diffAddrs(old, cur map[netip.Addr]bool) (add, del map[netip.Addr]bool) {
 	return add, del
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := slices.Collect(maps.Keys(m))
-	sort.Strings(keys)
-	return keys
-}
-
 func native32(v uint32) []byte { return binaryutil.NativeEndian.PutUint32(v) }
 
 func accept() expr.Any { return &expr.Verdict{Kind: expr.VerdictAccept} }
@@ -428,7 +376,7 @@ func loadAddr(dir Direction, peer bool) expr.Any {
 }
 
 func (b *batch) lookup(set string) expr.Any {
-	s := b.set(set)
+	s := b.Set(set)
 	return &expr.Lookup{SourceRegister: reg1, SetName: s.Name, SetID: s.ID}
 }
 
@@ -462,7 +410,7 @@ func (b *batch) baseRules(output bool, dir Direction) [][]expr.Any {
 	if dir == Egress {
 		m = mapEgress
 	}
-	s := b.set(m)
+	s := b.Set(m)
 	// The pod's own address: the destination for ingress, the source for egress.
 	rules = append(rules, []expr.Any{
 		loadAddr(dir, false),
@@ -476,21 +424,21 @@ func (b *batch) baseRules(output bool, dir Direction) [][]expr.Any {
 // of timing out. (A client of a Service address on another host may still time out: the
 // reset leaves the backend's host with the backend's address.)
 func (b *batch) addDenyRules() {
-	ch := b.chain(chainDeny)
-	b.c.AddRule(&nftables.Rule{Table: b.tbl, Chain: ch, Exprs: []expr.Any{
+	ch := b.Chain(chainDeny)
+	b.C.AddRule(&nftables.Rule{Table: b.Table, Chain: ch, Exprs: []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{protoTCP}},
 		&expr.Reject{Type: unix.NFT_REJECT_TCP_RST},
 	}})
-	b.c.AddRule(&nftables.Rule{Table: b.tbl, Chain: ch, Exprs: []expr.Any{
+	b.C.AddRule(&nftables.Rule{Table: b.Table, Chain: ch, Exprs: []expr.Any{
 		&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 13 /* communication administratively prohibited */},
 	}})
 }
 
 func (b *batch) addRules(name string, ch Chain) {
-	c := b.chain(name)
+	c := b.Chain(name)
 	for _, r := range ch.Rules {
-		b.c.AddRule(&nftables.Rule{Table: b.tbl, Chain: c, Exprs: b.exprs(ch.Dir, r)})
+		b.C.AddRule(&nftables.Rule{Table: b.Table, Chain: c, Exprs: b.exprs(ch.Dir, r)})
 	}
 }
 

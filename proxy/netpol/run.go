@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/flotilla-dev/flotilla/internal/kick"
 )
 
 // Config configures Run.
@@ -69,41 +71,23 @@ func Run(ctx context.Context, cfg Config) error {
 	npInf := cfg.Informers.Networking().V1().NetworkPolicies()
 	nodeInf := cfg.Informers.Core().V1().Nodes()
 
-	kick := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
-	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(any, any) { poke() },
-		DeleteFunc: func(any) { poke() },
-	}
+	k := kick.New()
+	h := k.Handler()
 	// Nodes change with every heartbeat; only their addresses matter here.
-	nodeAddrs := cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { poke() },
-		UpdateFunc: func(o, n any) {
-			on, ok1 := o.(*corev1.Node)
-			nn, ok2 := n.(*corev1.Node)
-			if !ok1 || !ok2 || !equality.Semantic.DeepEqual(on.Status.Addresses, nn.Status.Addresses) {
-				poke()
-			}
-		},
-		DeleteFunc: func(any) { poke() },
-	}
-	for _, x := range []struct {
-		inf cache.SharedIndexInformer
-		h   cache.ResourceEventHandler
-	}{{podInf.Informer(), h}, {nsInf.Informer(), h}, {npInf.Informer(), h}, {nodeInf.Informer(), nodeAddrs}} {
-		inf := x.inf
-		reg, err := inf.AddEventHandler(x.h)
-		if err != nil {
-			return fmt.Errorf("network policy: add event handler: %w", err)
+	nodeAddrs := h
+	nodeAddrs.UpdateFunc = func(o, n any) {
+		on, ok1 := o.(*corev1.Node)
+		nn, ok2 := n.(*corev1.Node)
+		if !ok1 || !ok2 || !equality.Semantic.DeepEqual(on.Status.Addresses, nn.Status.Addresses) {
+			k.Poke()
 		}
-		defer func() { _ = inf.RemoveEventHandler(reg) }()
 	}
+	remove, err := kick.AddHandlers(kick.On{Informer: podInf.Informer(), Handler: h}, kick.On{Informer: nsInf.Informer(), Handler: h},
+		kick.On{Informer: npInf.Informer(), Handler: h}, kick.On{Informer: nodeInf.Informer(), Handler: nodeAddrs})
+	if err != nil {
+		return fmt.Errorf("network policy: add event handler: %w", err)
+	}
+	defer remove()
 	cfg.Informers.Start(ctx.Done())
 	cfg.PodInformers.Start(ctx.Done())
 	// Applying before the caches are full would briefly open (or close) pods.
@@ -171,7 +155,7 @@ func Run(ctx context.Context, cfg Config) error {
 			} else if d != "" {
 				log.WithField("drift", d).Warn("network policy table drifted; rebuilding it")
 			}
-		case <-kick:
+		case <-k.C():
 		}
 		// Let a burst of changes land before compiling again.
 		select {

@@ -3,7 +3,6 @@ package services
 import (
 	"fmt"
 	"net/netip"
-	"sort"
 	"sync"
 	"time"
 
@@ -144,7 +143,7 @@ func (n *Nftables) drift(rs *ruleset) (string, error) {
 	}
 	// The static chains are few and hold the hooks: count their rules too (a flushed
 	// "services" chain disables every Service while leaving the table in place).
-	probe := &batch{tbl: n.tbl, sets: map[string]*nftables.Set{}}
+	probe := newBatch(nil, n.tbl)
 	for _, s := range staticChains() {
 		rules, err := c.GetRules(n.tbl, s.chain(n.tbl))
 		if err != nil {
@@ -183,28 +182,11 @@ func (n *Nftables) Cleanup() error {
 	return nil
 }
 
-// batch accumulates one netlink transaction.
-type batch struct {
-	c    *nftables.Conn
-	tbl  *nftables.Table
-	sets map[string]*nftables.Set
-	err  error
-}
+// batch accumulates one netlink transaction on the Service table, with the helpers that
+// know its sets and rules.
+type batch struct{ *nftconn.Batch }
 
-func (b *batch) fail(err error) {
-	if b.err == nil && err != nil {
-		b.err = err
-	}
-}
-
-func (b *batch) chain(name string) *nftables.Chain { return &nftables.Chain{Name: name, Table: b.tbl} }
-
-func (b *batch) set(name string) *nftables.Set {
-	if s, ok := b.sets[name]; ok {
-		return s
-	}
-	return &nftables.Set{Table: b.tbl, Name: name}
-}
+func newBatch(c *nftables.Conn, tbl *nftables.Table) *batch { return &batch{nftconn.NewBatch(c, tbl)} }
 
 var (
 	vipType  = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
@@ -222,30 +204,12 @@ func (b *batch) addStaticSets() {
 		{Name: setClusterIPs, KeyType: nftables.TypeIPAddr},
 		{Name: setHairpin, KeyType: pairType, Concatenation: true},
 	} {
-		s.Table = b.tbl
-		b.fail(b.c.AddSet(s, nil))
-		b.sets[s.Name] = s
+		b.AddSet(s, nil)
 	}
 }
 
 func (b *batch) addAffinitySet(name string, timeout time.Duration) {
-	s := &nftables.Set{Table: b.tbl, Name: name, KeyType: nftables.TypeIPAddr, HasTimeout: true, Timeout: timeout, Dynamic: true}
-	b.fail(b.c.AddSet(s, nil))
-	b.sets[name] = s
-}
-
-// elems adds or deletes set elements in chunks: one netlink attribute holds at most 64 KiB.
-func (b *batch) elems(set string, els []nftables.SetElement, del bool) {
-	const chunk = 256
-	s := b.set(set)
-	for i := 0; i < len(els); i += chunk {
-		j := min(i+chunk, len(els))
-		if del {
-			b.fail(b.c.SetDeleteElements(s, els[i:j]))
-		} else {
-			b.fail(b.c.SetAddElements(s, els[i:j]))
-		}
-	}
+	b.AddSet(&nftables.Set{Name: name, KeyType: nftables.TypeIPAddr, HasTimeout: true, Timeout: timeout, Dynamic: true}, nil)
 }
 
 func vipBytes(k vipKey) []byte {
@@ -257,31 +221,29 @@ func portBytes(k portKey) []byte {
 	return []byte{k.proto, 0, 0, 0, byte(k.port >> 8), byte(k.port), 0, 0}
 }
 
-func ipBytes(ip netip.Addr) []byte { a := ip.As4(); return a[:] }
-
 func gotoData(chain string) *expr.Verdict { return &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain} }
 
 // elementOps queues the element changes of every map and set from old to cur.
 func (b *batch) elementOps(old, cur *ruleset) {
 	{
 		del, add := diffMap(old.serviceIPs, cur.serviceIPs)
-		b.elems(mapServiceIPs, vipElems(del, nil), true)
-		b.elems(mapServiceIPs, vipElems(nil, add), false)
+		b.Elems(mapServiceIPs, vipElems(del, nil), true)
+		b.Elems(mapServiceIPs, vipElems(nil, add), false)
 	}
 	{
 		del, add := diffMap(old.nodePorts, cur.nodePorts)
-		b.elems(mapNodePorts, portElems(del, nil), true)
-		b.elems(mapNodePorts, portElems(nil, add), false)
+		b.Elems(mapNodePorts, portElems(del, nil), true)
+		b.Elems(mapNodePorts, portElems(nil, add), false)
 	}
 	{
 		del, add := diffMap(old.noEPServices, cur.noEPServices)
-		b.elems(setNoEPServices, vipElems(del, nil), true)
-		b.elems(setNoEPServices, vipSetElems(add), false)
+		b.Elems(setNoEPServices, vipElems(del, nil), true)
+		b.Elems(setNoEPServices, vipSetElems(add), false)
 	}
 	{
 		del, add := diffMap(old.noEPNodePorts, cur.noEPNodePorts)
-		b.elems(setNoEPNodePorts, portElems(del, nil), true)
-		b.elems(setNoEPNodePorts, portSetElems(add), false)
+		b.Elems(setNoEPNodePorts, portElems(del, nil), true)
+		b.Elems(setNoEPNodePorts, portSetElems(add), false)
 	}
 	for _, p := range []struct {
 		name     string
@@ -297,8 +259,8 @@ func (b *batch) elementOps(old, cur *ruleset) {
 		for a := range add {
 			addrs = append(addrs, a)
 		}
-		b.elems(p.name, addrElems(del, p.hairpin), true)
-		b.elems(p.name, addrElems(addrs, p.hairpin), false)
+		b.Elems(p.name, addrElems(del, p.hairpin), true)
+		b.Elems(p.name, addrElems(addrs, p.hairpin), false)
 	}
 }
 
@@ -343,9 +305,9 @@ func portSetElems(m map[portKey]bool) []nftables.SetElement {
 func addrElems(addrs []netip.Addr, pair bool) []nftables.SetElement {
 	var out []nftables.SetElement
 	for _, a := range addrs {
-		k := ipBytes(a)
+		k := nftconn.IPv4Bytes(a)
 		if pair {
-			k = append(k, ipBytes(a)...)
+			k = append(k, nftconn.IPv4Bytes(a)...)
 		}
 		out = append(out, nftables.SetElement{Key: k})
 	}
@@ -359,38 +321,32 @@ func (n *Nftables) applyFull(rs *ruleset) error {
 	if err != nil {
 		return err
 	}
-	b := &batch{c: c, tbl: n.tbl, sets: map[string]*nftables.Set{}}
-	// add (no-op if present) + delete + add: one transaction whether or not the table exists.
-	c.AddTable(n.tbl)
-	c.DelTable(n.tbl)
-	c.AddTable(n.tbl)
+	b := newBatch(c, n.tbl)
+	b.ReplaceTable()
 	b.addStaticSets()
 	for _, s := range staticChains() {
 		c.AddChain(s.chain(n.tbl))
 	}
-	names := sortedKeys(rs.affinity)
+	names := nftconn.SortedKeys(rs.affinity)
 	for _, name := range names {
 		b.addAffinitySet(name, rs.affinity[name])
 	}
-	chains := sortedKeys(rs.chains)
+	chains := nftconn.SortedKeys(rs.chains)
 	for _, name := range chains {
-		c.AddChain(b.chain(name))
+		c.AddChain(b.Chain(name))
 	}
 	// Elements after the chains they name (verdict maps) and before the rules that bind the
 	// maps, so no element is checked against a rule it cannot affect.
 	b.elementOps(newRuleset(), rs)
 	for _, s := range staticChains() {
 		for _, r := range s.rules(b) {
-			c.AddRule(&nftables.Rule{Table: n.tbl, Chain: b.chain(s.name), Exprs: r})
+			c.AddRule(&nftables.Rule{Table: n.tbl, Chain: b.Chain(s.name), Exprs: r})
 		}
 	}
 	for _, name := range chains {
 		b.addRules(name, rs.chains[name])
 	}
-	if b.err != nil {
-		return b.err
-	}
-	return c.Flush()
+	return b.Flush()
 }
 
 // applyIncremental queues only the differences between old and cur, in an order the kernel
@@ -402,12 +358,12 @@ func (n *Nftables) applyIncremental(old, cur *ruleset) error {
 	if err != nil {
 		return err
 	}
-	b := &batch{c: c, tbl: n.tbl, sets: map[string]*nftables.Set{}}
+	b := newBatch(c, n.tbl)
 	for _, name := range d.addSets {
 		b.addAffinitySet(name, cur.affinity[name])
 	}
 	for _, name := range d.addChains {
-		c.AddChain(b.chain(name))
+		c.AddChain(b.Chain(name))
 	}
 	added := map[string]bool{}
 	for _, name := range d.addChains {
@@ -415,33 +371,21 @@ func (n *Nftables) applyIncremental(old, cur *ruleset) error {
 	}
 	for _, name := range d.rewriteChains {
 		if !added[name] {
-			c.FlushChain(b.chain(name))
+			c.FlushChain(b.Chain(name))
 		}
 		b.addRules(name, cur.chains[name])
 	}
 	b.elementOps(old, cur)
 	for _, name := range d.delChains {
-		c.FlushChain(b.chain(name))
+		c.FlushChain(b.Chain(name))
 	}
 	for _, name := range d.delChains {
-		c.DelChain(b.chain(name))
+		c.DelChain(b.Chain(name))
 	}
 	for _, name := range d.delSets {
-		c.DelSet(b.set(name))
+		c.DelSet(b.Set(name))
 	}
-	if b.err != nil {
-		return b.err
-	}
-	return c.Flush()
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return b.Flush()
 }
 
 // ---- expressions ----
@@ -485,7 +429,7 @@ func saddrIn(p netip.Prefix, neg bool) []expr.Any {
 	return []expr.Any{
 		loadSaddr(reg1),
 		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
-		&expr.Cmp{Op: op, Register: reg1, Data: ipBytes(p.Masked().Addr())},
+		&expr.Cmp{Op: op, Register: reg1, Data: nftconn.IPv4Bytes(p.Masked().Addr())},
 	}
 }
 
@@ -574,8 +518,8 @@ func staticChains() []staticChain {
 		{name: "filter-output-post-dnat", typ: nftables.ChainTypeFilter, hook: nftables.ChainHookOutput, priority: -90, rules: jump(chainClusterCheck)},
 		{name: chainServices, rules: func(b *batch) [][]expr.Any {
 			return [][]expr.Any{
-				lookupVIP(b.set(mapServiceIPs), true),
-				cat(daddrInSet(b.set(setNodePortIPs)), lookupPort(b.set(mapNodePorts), true)),
+				lookupVIP(b.Set(mapServiceIPs), true),
+				cat(daddrInSet(b.Set(setNodePortIPs)), lookupPort(b.Set(mapNodePorts), true)),
 			}
 		}},
 		{name: chainMarkMasq, rules: func(*batch) [][]expr.Any {
@@ -586,17 +530,17 @@ func staticChains() []staticChain {
 			}}
 		}},
 		{name: chainMasquerading, rules: func(b *batch) [][]expr.Any {
-			hp := b.set(setHairpin)
+			hp := b.Set(setHairpin)
 			return masqueradeRules(hp, true)
 		}},
 		{name: chainEPCheck, rules: func(b *batch) [][]expr.Any {
 			return [][]expr.Any{
-				cat(lookupVIP(b.set(setNoEPServices), false), []expr.Any{verdict(expr.VerdictGoto, chainReject)}),
-				cat(daddrInSet(b.set(setNodePortIPs)), lookupPort(b.set(setNoEPNodePorts), false), []expr.Any{verdict(expr.VerdictGoto, chainReject)}),
+				cat(lookupVIP(b.Set(setNoEPServices), false), []expr.Any{verdict(expr.VerdictGoto, chainReject)}),
+				cat(daddrInSet(b.Set(setNodePortIPs)), lookupPort(b.Set(setNoEPNodePorts), false), []expr.Any{verdict(expr.VerdictGoto, chainReject)}),
 			}
 		}},
 		{name: chainClusterCheck, rules: func(b *batch) [][]expr.Any {
-			return [][]expr.Any{cat(daddrInSet(b.set(setClusterIPs)), []expr.Any{verdict(expr.VerdictGoto, chainReject)})}
+			return [][]expr.Any{cat(daddrInSet(b.Set(setClusterIPs)), []expr.Any{verdict(expr.VerdictGoto, chainReject)})}
 		}},
 		{name: chainReject, rules: func(*batch) [][]expr.Any {
 			return [][]expr.Any{
@@ -609,14 +553,14 @@ func staticChains() []staticChain {
 
 // addRules queues the rules of one dynamic chain.
 func (b *batch) addRules(chain string, rules []rule) {
-	ch := b.chain(chain)
+	ch := b.Chain(chain)
 	for _, r := range rules {
 		ex, err := b.exprs(r)
 		if err != nil {
-			b.fail(fmt.Errorf("chain %s: %s: %w", chain, r, err))
+			b.Fail(fmt.Errorf("chain %s: %s: %w", chain, r, err))
 			return
 		}
-		b.c.AddRule(&nftables.Rule{Table: b.tbl, Chain: ch, Exprs: ex})
+		b.C.AddRule(&nftables.Rule{Table: b.Table, Chain: ch, Exprs: ex})
 	}
 }
 
@@ -635,22 +579,22 @@ func (b *batch) exprs(r rule) ([]expr.Any, error) {
 	case rFibLocalGoto:
 		return cat(fibSaddrLocal(), []expr.Any{verdict(expr.VerdictGoto, r.chain)}), nil
 	case rAffinityGoto:
-		s := b.set(r.set)
+		s := b.Set(r.set)
 		return []expr.Any{loadSaddr(reg1), &expr.Lookup{SourceRegister: reg1, SetName: s.Name, SetID: s.ID}, verdict(expr.VerdictGoto, r.chain)}, nil
 	case rGotoOneIn:
 		return cat(oneIn(r.n), []expr.Any{verdict(expr.VerdictGoto, r.chain)}), nil
 	case rUpdateSet:
-		s := b.set(r.set)
+		s := b.Set(r.set)
 		return []expr.Any{loadSaddr(reg1), &expr.Dynset{SrcRegKey: reg1, SetName: s.Name, SetID: s.ID, Operation: unix.NFT_DYNSET_OP_UPDATE}}, nil
 	case rDNAT:
 		return cat(l4protoIs(r.proto), []expr.Any{
-			&expr.Immediate{Register: reg1, Data: ipBytes(r.ep.IP)},
+			&expr.Immediate{Register: reg1, Data: nftconn.IPv4Bytes(r.ep.IP)},
 			&expr.Immediate{Register: reg32, Data: binaryutil.BigEndian.PutUint16(r.ep.Port)},
 			dnat(),
 		}), nil
 	case rDNATOneIn:
 		return cat(l4protoIs(r.proto), oneIn(r.n), []expr.Any{
-			&expr.Immediate{Register: reg1, Data: ipBytes(r.ep.IP)},
+			&expr.Immediate{Register: reg1, Data: nftconn.IPv4Bytes(r.ep.IP)},
 			&expr.Immediate{Register: reg32, Data: binaryutil.BigEndian.PutUint16(r.ep.Port)},
 			dnat(),
 		}), nil

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/flotilla-dev/flotilla/internal/kick"
 )
 
 // Proxy modes accepted by Config.Mode (--proxy-mode).
@@ -125,18 +127,8 @@ func run(ctx context.Context, client kubernetes.Interface, cfg Config, backend s
 	epsInf := factory.Discovery().V1().EndpointSlices()
 	nodeInf := nodeFactory.Core().V1().Nodes()
 
-	kick := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
-	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(any, any) { poke() },
-		DeleteFunc: func(any) { poke() },
-	}
+	k := kick.New()
+	h := k.Handler()
 	// Other hosts' Nodes change with every heartbeat and do not change our rules.
 	ownNode := cache.FilteringResourceEventHandler{Handler: h, FilterFunc: func(obj any) bool {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -145,17 +137,13 @@ func run(ctx context.Context, client kubernetes.Interface, cfg Config, backend s
 		n, ok := obj.(*v1.Node)
 		return ok && n.Name == cfg.NodeName
 	}}
-	for _, x := range []struct {
-		inf cache.SharedIndexInformer
-		h   cache.ResourceEventHandler
-	}{{svcInf.Informer(), h}, {epsInf.Informer(), h}, {nodeInf.Informer(), ownNode}} {
-		reg, err := x.inf.AddEventHandler(x.h)
-		if err != nil {
-			return fmt.Errorf("services proxy: add event handler: %w", err)
-		}
-		// A shared informer outlives Run: leave nothing behind that pokes a dead loop.
-		defer func() { _ = x.inf.RemoveEventHandler(reg) }()
+	remove, err := kick.AddHandlers(kick.On{Informer: svcInf.Informer(), Handler: h}, kick.On{Informer: epsInf.Informer(), Handler: h},
+		kick.On{Informer: nodeInf.Informer(), Handler: ownNode})
+	if err != nil {
+		return fmt.Errorf("services proxy: add event handler: %w", err)
 	}
+	// A shared informer outlives Run: leave nothing behind that pokes a dead loop.
+	defer remove()
 	factory.Start(ctx.Done())
 	nodeFactory.Start(ctx.Done())
 	// Applying before the caches are full would briefly remove every Service.
@@ -216,7 +204,7 @@ func run(ctx context.Context, client kubernetes.Interface, cfg Config, backend s
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-kick:
+		case <-k.C():
 		case <-retry:
 		case <-resync.C:
 			full = true
