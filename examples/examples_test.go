@@ -41,7 +41,7 @@ var fleetSites = map[string]struct {
 	extra    []string
 }{
 	"shop-berlin":   {3, "v1", nil},
-	"shop-lisbon":   {2, "v2", nil},
+	"shop-lisbon":   {2, "v1", nil},
 	"factory-porto": {1, "v1", []string{"ConfigMap hello/line-config"}},
 }
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla-dev/flotilla/gitsync"
+	"github.com/flotilla-dev/flotilla/internal/gitremote"
 )
 
 // BenchmarkFleetStatus100Sites has 100 simulated sites write their status to one bare
@@ -37,7 +37,7 @@ func BenchmarkFleetStatus100Sites(b *testing.B) {
 		}
 		write += time.Since(start)
 		start = time.Now()
-		got, errs := Read(ctx, gitsync.Remote{URL: url})
+		got, errs := Read(ctx, gitremote.Remote{URL: url})
 		read += time.Since(start)
 		for _, err := range errs {
 			b.Error(err)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla-dev/flotilla/gitsync"
+	"github.com/flotilla-dev/flotilla/internal/gitremote"
 )
 
 // bareRepo creates an empty bare repository with the git binary and returns its file:// URL.
@@ -60,7 +60,7 @@ func sampleStatus(site string) Status {
 func TestWriteReadRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	_, url := bareRepo(t)
-	remote := gitsync.Remote{URL: url}
+	remote := gitremote.Remote{URL: url}
 	a := sampleStatus("paris")
 	a.RolledBack = &RolledBack{Revision: "main@sha1:1111111111111111111111111111111111111111", To: a.Revision, Reason: "Deployment web/api: ProgressDeadlineExceeded"}
 	a.Health, a.Ready, a.Reason = "Degraded", false, "RolledBack"
@@ -93,7 +93,7 @@ func TestWriteReadRoundTrip(t *testing.T) {
 func TestWriteReplaces(t *testing.T) {
 	ctx := context.Background()
 	dir, url := bareRepo(t)
-	remote := gitsync.Remote{URL: url}
+	remote := gitremote.Remote{URL: url}
 	st := sampleStatus("paris")
 	for i := range 3 {
 		st.Time = t0.Add(time.Duration(i) * time.Minute)
@@ -120,7 +120,7 @@ func TestWriteReplaces(t *testing.T) {
 
 func TestWriteRefusesBadStatus(t *testing.T) {
 	_, url := bareRepo(t)
-	remote := gitsync.Remote{URL: url}
+	remote := gitremote.Remote{URL: url}
 	for name, mutate := range map[string]func(*Status){
 		"upper-case site":   func(s *Status) { s.Site = "Paris" },
 		"slash in site":     func(s *Status) { s.Site = "eu/paris" },
@@ -197,7 +197,7 @@ func pushRaw(t *testing.T, dir, ref string, files map[string]string) {
 func TestReadReportsBrokenDocumentsPerRef(t *testing.T) {
 	ctx := context.Background()
 	dir, url := bareRepo(t)
-	remote := gitsync.Remote{URL: url}
+	remote := gitremote.Remote{URL: url}
 	if err := Write(ctx, remote, sampleStatus("paris")); err != nil {
 		t.Fatal(err)
 	}
@@ -246,15 +246,15 @@ func mustEncode(t *testing.T, st Status) string {
 func TestReadEmptyAndUnreachable(t *testing.T) {
 	ctx := context.Background()
 	_, url := bareRepo(t)
-	if got, errs := Read(ctx, gitsync.Remote{URL: url}); len(got) != 0 || len(errs) != 0 {
+	if got, errs := Read(ctx, gitremote.Remote{URL: url}); len(got) != 0 || len(errs) != 0 {
 		t.Errorf("empty repository: read %v, %v; want nothing", got, errs)
 	}
-	_, errs := Read(ctx, gitsync.Remote{URL: "file://" + filepath.Join(t.TempDir(), "missing.git")})
+	_, errs := Read(ctx, gitremote.Remote{URL: "file://" + filepath.Join(t.TempDir(), "missing.git")})
 	var re *RefError
 	if len(errs) != 1 || errors.As(errs[0], &re) {
 		t.Errorf("missing repository: %v, want one error that is not a *RefError", errs)
 	}
-	if _, errs := Read(ctx, gitsync.Remote{URL: "http://example.invalid/x.git"}); len(errs) != 1 || !strings.Contains(errs[0].Error(), "in the clear") {
+	if _, errs := Read(ctx, gitremote.Remote{URL: "http://example.invalid/x.git"}); len(errs) != 1 || !strings.Contains(errs[0].Error(), "in the clear") {
 		t.Errorf("http without insecure: %v, want a refusal", errs)
 	}
 }
@@ -285,7 +285,7 @@ func writeConcurrently(ctx context.Context, url string, n int, at time.Time) []e
 		wg.Go(func() {
 			st := sampleStatus(fmt.Sprintf("site-%03d", i))
 			st.Time = at
-			errs[i] = Write(ctx, gitsync.Remote{URL: url}, st)
+			errs[i] = Write(ctx, gitremote.Remote{URL: url}, st)
 		})
 	}
 	wg.Wait()
@@ -308,7 +308,7 @@ func TestConcurrentWriters(t *testing.T) {
 		}
 		took := time.Since(start)
 		start = time.Now()
-		got, errs := Read(ctx, gitsync.Remote{URL: url})
+		got, errs := Read(ctx, gitremote.Remote{URL: url})
 		t.Logf("round %d: %d sites wrote at once in %v (pushes retried so far: %d); one Read of them took %v", round, n, took.Round(time.Millisecond), retries.Load(), time.Since(start).Round(time.Millisecond))
 		if len(errs) > 0 {
 			t.Fatal(errs)
@@ -333,15 +333,15 @@ func TestWriteRefusedCustomRef(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	err := Write(ctx, gitsync.Remote{URL: url}, sampleStatus("paris"))
+	err := Write(ctx, gitremote.Remote{URL: url}, sampleStatus("paris"))
 	if err == nil || !strings.Contains(err.Error(), "fleet.WriteBranch") {
 		t.Fatalf("Write to a host that refuses custom refs: %v, want a hint to WriteBranch", err)
 	}
 	t.Log(err)
-	if err := WriteBranch(ctx, gitsync.Remote{URL: url}, sampleStatus("paris")); err != nil {
+	if err := WriteBranch(ctx, gitremote.Remote{URL: url}, sampleStatus("paris")); err != nil {
 		t.Fatal(err)
 	}
-	if got, errs := Read(ctx, gitsync.Remote{URL: url}); len(errs) > 0 || len(got) != 1 {
+	if got, errs := Read(ctx, gitremote.Remote{URL: url}); len(errs) > 0 || len(got) != 1 {
 		t.Fatalf("read %+v, %v", got, errs)
 	}
 }

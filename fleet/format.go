@@ -144,6 +144,9 @@ func (rep *Report) row(s SiteReport) []string {
 		}
 		health += " (rolled back: " + truncate(reason, 80) + ")"
 	}
+	if s.Held != nil {
+		health += " (holding " + ShortRevision(s.Held.Revision) + ": " + truncate(s.Held.Reason, 80) + ")"
+	}
 	last := Age(rep.Time, s.Time)
 	if s.Stale {
 		last += " STALE"

@@ -199,3 +199,31 @@ func TestAgeAndShortRevision(t *testing.T) {
 		}
 	}
 }
+
+// TestFormatHeld: a site holding a revision back says which and why, in the table and in
+// the document (which refuses a held entry without its revision).
+func TestFormatHeld(t *testing.T) {
+	oslo := sampleStatus("oslo")
+	oslo.Revision, oslo.RevisionTime = oldRev, t0.Add(-5*time.Hour)
+	oslo.HealthySince = t0.Add(-4 * time.Hour)
+	oslo.Held = &Held{Revision: newRev, Reason: "site paris rolled it back"}
+	var b bytes.Buffer
+	if err := WriteText(&b, Summarize([]Status{oslo}, nil, t0)); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Healthy (holding main@sha1:89abcde: site paris rolled it back)"; !strings.Contains(b.String(), want) {
+		t.Errorf("table %q does not say %q", b.String(), want)
+	}
+	doc, err := Encode(oslo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Decode(doc)
+	if err != nil || back.Held == nil || back.Held.Revision != newRev || !back.HealthySince.Equal(oslo.HealthySince) {
+		t.Fatalf("decoded %+v, %v", back, err)
+	}
+	oslo.Held.Revision = ""
+	if _, err := Encode(oslo); err == nil || !strings.Contains(err.Error(), "held: revision must be set") {
+		t.Errorf("held without a revision: %v", err)
+	}
+}

@@ -18,7 +18,7 @@ import (
 	"github.com/go-git/go-git/v5/storage/memory"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/flotilla-dev/flotilla/gitsync"
+	"github.com/flotilla-dev/flotilla/internal/gitremote"
 )
 
 // RefError is a status ref that could not be read: the other sites are read all the same.
@@ -37,18 +37,31 @@ func (e *RefError) Unwrap() error { return e.Err }
 // status document, a site name other than the ref's) is a *RefError and does not stop the
 // others; any other error means the repository could not be read, and then there are no
 // statuses. A site found under both prefixes is reported once, by its newer report.
-func Read(ctx context.Context, remote gitsync.Remote) ([]Status, []error) {
-	if err := gitsync.CheckTransport(remote.URL, remote.Insecure, remote.Auth != nil); err != nil {
+func Read(ctx context.Context, remote gitremote.Remote) ([]Status, []error) {
+	if err := remote.Check(); err != nil {
 		return nil, []error{err}
 	}
+	// Over http the refs are listed and fetched in two requests: a site replacing its
+	// status in between makes the server refuse the fetch of the commit it no longer
+	// points to ("not our ref"). List and fetch again.
+	for attempt := 1; ; attempt++ {
+		statuses, errs, moved := read(ctx, remote)
+		if !moved || attempt == 3 || ctx.Err() != nil {
+			return statuses, errs
+		}
+	}
+}
+
+// read is one attempt of Read; moved says a ref moved between the listing and the fetch.
+func read(ctx context.Context, remote gitremote.Remote) (_ []Status, _ []error, moved bool) {
 	stor := memory.NewStorage()
 	r := git.NewRemote(stor, &config.RemoteConfig{Name: "origin", URLs: []string{remote.URL}})
 	listed, err := r.ListContext(ctx, &git.ListOptions{Auth: remote.Auth, CABundle: remote.CABundle})
 	if errors.Is(err, transport.ErrEmptyRemoteRepository) {
-		return nil, nil
+		return nil, nil, false
 	}
 	if err != nil {
-		return nil, []error{fmt.Errorf("list the refs of %s: %w", remote.URL, err)}
+		return nil, []error{fmt.Errorf("list the refs of %s: %w", remote.URL, err)}, false
 	}
 	var errs []error
 	var refs []plumbing.ReferenceName
@@ -67,7 +80,7 @@ func Read(ctx context.Context, remote gitsync.Remote) ([]Status, []error) {
 		specs = append(specs, config.RefSpec("+"+name+":"+name))
 	}
 	if len(refs) == 0 {
-		return nil, errs
+		return nil, errs, false
 	}
 	err = r.FetchContext(ctx, &git.FetchOptions{
 		RemoteName: "origin",
@@ -79,7 +92,7 @@ func Read(ctx context.Context, remote gitsync.Remote) ([]Status, []error) {
 		Force:      true,
 	})
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-		return nil, append(errs, fmt.Errorf("fetch the status refs of %s: %w", remote.URL, err))
+		return nil, append(errs, fmt.Errorf("fetch the status refs of %s: %w", remote.URL, err)), strings.Contains(err.Error(), "not our ref")
 	}
 	bySite := map[string]Status{}
 	for _, name := range refs {
@@ -97,7 +110,7 @@ func Read(ctx context.Context, remote gitsync.Remote) ([]Status, []error) {
 		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Site < out[j].Site })
-	return out, errs
+	return out, errs, false
 }
 
 // siteOf returns the site a status ref names.

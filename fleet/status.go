@@ -65,6 +65,12 @@ type Status struct {
 	// RolledBack is set while the site runs an older revision in place of one that did
 	// not become healthy.
 	RolledBack *RolledBack `json:"rolledBack,omitempty"`
+	// HealthySince is when Revision became healthy (zero while it is not): the soak of
+	// other sites' spec.rollout counts from it.
+	HealthySince time.Time `json:"healthySince,omitzero"`
+	// Held is set while the site holds a newer revision back (spec.rollout waits for other
+	// sites, or one of them failed it).
+	Held *Held `json:"held,omitempty"`
 	// Hosts counts the site's hosts, and how many of them are ready.
 	Hosts Hosts `json:"hosts"`
 	// Workloads counts the source's workloads, and how many of them are available.
@@ -82,6 +88,12 @@ type Status struct {
 type RolledBack struct {
 	Revision string `json:"revision"`
 	To       string `json:"to"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// Held is a revision a site fetched and holds back, and why.
+type Held struct {
+	Revision string `json:"revision"`
 	Reason   string `json:"reason,omitempty"`
 }
 
@@ -108,6 +120,14 @@ func (s *Status) normalize() {
 		rb := *s.RolledBack
 		rb.Reason = truncate(rb.Reason, MaxMessage)
 		s.RolledBack = &rb
+	}
+	if s.Held != nil {
+		h := *s.Held
+		h.Reason = truncate(h.Reason, MaxMessage)
+		s.Held = &h
+	}
+	if !s.HealthySince.IsZero() {
+		s.HealthySince = s.HealthySince.UTC()
 	}
 	s.Time = s.Time.UTC()
 	if !s.RevisionTime.IsZero() {
@@ -184,6 +204,17 @@ func (s *Status) Validate() error {
 			}
 		}
 	}
+	if s.Held != nil {
+		if s.Held.Revision == "" {
+			return fmt.Errorf("held: revision must be set (or held omitted)")
+		}
+		if err := checkText("held.revision", s.Held.Revision, maxRevision); err != nil {
+			return err
+		}
+		if err := checkText("held.reason", s.Held.Reason, MaxMessage); err != nil {
+			return err
+		}
+	}
 	switch s.Health {
 	case v1alpha1.HealthHealthy, v1alpha1.HealthProgressing, v1alpha1.HealthDegraded, v1alpha1.HealthUnknown:
 	default:
@@ -213,7 +244,7 @@ func checkText(field, v string, max int) error {
 	if !utf8.ValidString(v) {
 		return fmt.Errorf("%s: not valid UTF-8", field)
 	}
-	if field == "message" || field == "rolledBack.reason" {
+	if field == "message" || field == "rolledBack.reason" || field == "held.reason" {
 		return nil
 	}
 	if i := strings.IndexFunc(v, unicode.IsControl); i >= 0 {

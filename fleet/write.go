@@ -16,7 +16,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/memory"
 
-	"github.com/flotilla-dev/flotilla/gitsync"
+	"github.com/flotilla-dev/flotilla/internal/gitremote"
 )
 
 const (
@@ -44,18 +44,18 @@ type WriteOptions struct {
 // remote.URL, replacing what was there: the ref always points to one commit, so the
 // repository does not grow with the reports (the replaced commits are unreachable and
 // go at the server's next gc). remote.Ref is not used.
-func Write(ctx context.Context, remote gitsync.Remote, st Status) error {
+func Write(ctx context.Context, remote gitremote.Remote, st Status) error {
 	return WriteWith(ctx, remote, st, WriteOptions{})
 }
 
 // WriteBranch is Write to branch flotilla-status/<site>, for git hosts that refuse refs
 // outside refs/heads and refs/tags.
-func WriteBranch(ctx context.Context, remote gitsync.Remote, st Status) error {
+func WriteBranch(ctx context.Context, remote gitremote.Remote, st Status) error {
 	return WriteWith(ctx, remote, st, WriteOptions{RefPrefix: BranchPrefix})
 }
 
 // WriteWith is Write with options.
-func WriteWith(ctx context.Context, remote gitsync.Remote, st Status, o WriteOptions) error {
+func WriteWith(ctx context.Context, remote gitremote.Remote, st Status, o WriteOptions) error {
 	if o.RefPrefix == "" {
 		o.RefPrefix = RefPrefix
 	}
@@ -65,7 +65,7 @@ func WriteWith(ctx context.Context, remote gitsync.Remote, st Status, o WriteOpt
 	if o.Attempts <= 0 {
 		o.Attempts = 5
 	}
-	if err := gitsync.CheckTransport(remote.URL, remote.Insecure, remote.Auth != nil); err != nil {
+	if err := remote.Check(); err != nil {
 		return err
 	}
 	doc, err := Encode(st)

@@ -36,6 +36,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/flotilla-dev/flotilla/internal/gitremote"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 )
@@ -162,6 +163,14 @@ type sourceState struct {
 	// warned are the API warnings already reported for warnedRevision.
 	warnedRevision string
 	warned         map[string]bool
+	// Status publication (spec.statusPush): what was published last and when, and the
+	// last attempt when it failed.
+	publishedKey              string
+	publishedAt, publishTried time.Time
+	publishFailed             bool
+	// recheckAt is when a revision held by spec.rollout is looked at again (its soak ends),
+	// when sooner than the interval.
+	recheckAt time.Time
 }
 
 // New builds the controller with DefaultConfig.
@@ -351,7 +360,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	st := gs.Status.DeepCopy()
 	// A revision past its health timeout with a rollback due is rolled back at once.
 	full := ss.lastFull.IsZero() || ss.generation != gs.Generation || ss.requestedAt != requested || secretChanged ||
-		now.Sub(ss.lastFull) >= interval-50*time.Millisecond || rollbackDue(&gs, st, ss, now)
+		now.Sub(ss.lastFull) >= interval-50*time.Millisecond || rollbackDue(&gs, st, ss, now) ||
+		(!ss.recheckAt.IsZero() && !now.Before(ss.recheckAt))
 	var retry bool
 	if full {
 		var done bool
@@ -365,9 +375,16 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	rollbackNow := c.settleHealth(&gs, st, ss, time.Now())
 	st.ObservedGeneration = gs.Generation
+	publishNext := c.publish(ctx, &gs, st, ss, time.Now())
 	next := interval
 	if !full {
 		next = max(interval-time.Since(ss.lastFull), 0)
+	}
+	if publishNext > 0 {
+		next = min(next, publishNext)
+	}
+	if !ss.recheckAt.IsZero() {
+		next = min(next, max(time.Until(ss.recheckAt), 0))
 	}
 	if retry || len(ss.unhealthy) > 0 {
 		next = min(next, healthPoll)
@@ -704,7 +721,7 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 		fail(ReasonFetchFailed, err.Error(), true)
 		return true, nil
 	}
-	if scheme := InsecureTransport(gs.Spec.URL); scheme != "" {
+	if scheme := gitremote.InsecureTransport(gs.Spec.URL); scheme != "" {
 		msg := fmt.Sprintf("spec.insecure: fetched over %s:// without TLS, so a network attacker can change what is applied: use https:// or ssh://, or set spec.verify to require signed commits", scheme)
 		if w := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionWarning); w == nil || !strings.HasPrefix(w.Message, msg) {
 			c.event(gs, corev1.EventTypeWarning, ReasonInsecureTransport, "%s", msg)
@@ -764,6 +781,50 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 		c.event(gs, corev1.EventTypeWarning, ReasonRolledBack, "Revision %s not healthy within %s (%s): re-applying %s",
 			co.Revision, healthTimeout(gs), st.RolledBack.Reason, st.RolledBack.To)
 		log.WithFields(logrus.Fields{"to": st.RolledBack.To, "reason": st.RolledBack.Reason}).Warn("revision not healthy in time: rolling back")
+	}
+	ss.recheckAt = time.Time{}
+	if gs.Spec.Rollout == nil {
+		st.HeldRevision = ""
+		apimeta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionRollout)
+	} else if st.RolledBack == nil {
+		g := gate{open: true, message: "Revision " + co.Revision + " applied"}
+		if co.Revision != st.LastAppliedRevision {
+			g = c.rollout(ctx, gs, remote, co.Revision)
+		}
+		prev := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRollout)
+		if g.open {
+			st.HeldRevision = ""
+			if prev == nil || prev.Status != metav1.ConditionTrue {
+				c.event(gs, corev1.EventTypeNormal, ReasonRolloutReleased, "%s", g.message)
+				set(v1alpha1.ConditionRollout, metav1.ConditionTrue, ReasonRolloutReleased, g.message)
+			}
+		} else {
+			st.HeldRevision = co.Revision
+			if prev == nil || prev.Reason != g.reason || (g.reason == ReasonRolloutHeld && prev.Message != g.message) {
+				typ := corev1.EventTypeNormal
+				if g.reason == ReasonRolloutHeld {
+					typ = corev1.EventTypeWarning
+				}
+				c.event(gs, typ, g.reason, "%s", truncate(g.message))
+				log.WithField("reason", g.message).Info("revision held by spec.rollout")
+			}
+			set(v1alpha1.ConditionRollout, metav1.ConditionFalse, g.reason, truncate(g.message))
+			apimeta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionReconciling)
+			if g.recheck > 0 {
+				ss.recheckAt = time.Now().Add(g.recheck + time.Second)
+			}
+			if st.LastAppliedRevision == "" {
+				// Nothing applied yet: nothing to keep running.
+				set(v1alpha1.ConditionReady, metav1.ConditionFalse, g.reason, g.message)
+				return true, nil
+			}
+			// Keep the revision running (re-applied every interval, which reverts drift).
+			if commit, err = ensureCommit(ctx, co.Dir, remote, c.cfg.Limits, st.LastAppliedRevision); err != nil {
+				fail(ReasonFetchFailed, fmt.Sprintf("Holding revision %s: %v", co.Revision, err), false)
+				return false, err
+			}
+			revision = st.LastAppliedRevision
+		}
 	}
 	if rb := st.RolledBack; rb != nil {
 		commit, err = ensureCommit(ctx, co.Dir, remote, c.cfg.Limits, rb.To)
@@ -990,8 +1051,8 @@ func remoteFor(ctx context.Context, client kubernetes.Interface, gs *v1alpha1.Gi
 	if err != nil {
 		return r, fmt.Errorf("spec.url %q: %w", gs.Spec.URL, err)
 	}
-	if err := CheckTransport(gs.Spec.URL, gs.Spec.Insecure, gs.Spec.SecretRef != nil); err != nil {
-		if gs.Spec.SecretRef != nil && InsecureTransport(gs.Spec.URL) != "" {
+	if err := gitremote.CheckTransport(gs.Spec.URL, gs.Spec.Insecure, gs.Spec.SecretRef != nil); err != nil {
+		if gs.Spec.SecretRef != nil && gitremote.InsecureTransport(gs.Spec.URL) != "" {
 			return r, fmt.Errorf("spec.secretRef %s: %w", gs.Spec.SecretRef.Name, err)
 		}
 		return r, err

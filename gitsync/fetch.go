@@ -25,6 +25,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 
+	"github.com/flotilla-dev/flotilla/internal/gitremote"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 )
 
@@ -75,6 +76,11 @@ type Remote struct {
 	Insecure bool
 }
 
+// Repo is the repository of r, for reading and writing refs other than r.Ref.
+func (r Remote) Repo() gitremote.Remote {
+	return gitremote.Remote{URL: r.URL, Auth: r.Auth, CABundle: r.CABundle, Insecure: r.Insecure}
+}
+
 // Fetch brings dir (a cache kept between calls for one source) to the commit r.Ref points to
 // at r.URL: only that ref, at depth 1 for a branch or tag. A cache that cannot be updated is
 // thrown away and cloned again. The fetch is bounded by lim.FetchTimeout and the cache by
@@ -82,7 +88,7 @@ type Remote struct {
 // cache is removed and the error is a *LimitError.
 func Fetch(ctx context.Context, dir string, r Remote, lim Limits) (*Checkout, error) {
 	lim = lim.WithDefaults()
-	if err := CheckTransport(r.URL, r.Insecure, r.Auth != nil); err != nil {
+	if err := gitremote.CheckTransport(r.URL, r.Insecure, r.Auth != nil); err != nil {
 		return nil, err
 	}
 	// The leader's controller and the warm-clone runner may share a cache directory.
@@ -172,37 +178,6 @@ func dirSize(dir string) int64 {
 		return nil
 	})
 	return n
-}
-
-// CheckTransport refuses what would fetch in the clear without spec.insecure, and
-// credentials over a transport without TLS in any case. Errors say what to change.
-func CheckTransport(url string, insecure, credentials bool) error {
-	ep, err := transport.NewEndpoint(url)
-	if err != nil {
-		return fmt.Errorf("spec.url %q: %w", url, err)
-	}
-	switch ep.Protocol {
-	case "https", "ssh", "file":
-		return nil
-	case "http", "git":
-		if credentials {
-			return fmt.Errorf("spec.url %s: credentials are never sent over %s:// (in the clear): use https:// or ssh://", url, ep.Protocol)
-		}
-		if !insecure {
-			return fmt.Errorf("spec.url %s: %s:// fetches in the clear, so a network attacker can change what is applied: use https:// or ssh://, or set spec.insecure: true to accept it", url, ep.Protocol)
-		}
-		return nil
-	}
-	return fmt.Errorf("spec.url %s: scheme %s:// is not supported: use https://, ssh:// (or user@host:path) or file://", url, ep.Protocol)
-}
-
-// InsecureTransport returns the scheme of url when it fetches without TLS (http, git), "".
-func InsecureTransport(url string) string {
-	ep, err := transport.NewEndpoint(url)
-	if err != nil || (ep.Protocol != "http" && ep.Protocol != "git") {
-		return ""
-	}
-	return ep.Protocol
 }
 
 func fetchInto(ctx context.Context, dir string, r Remote) (*Checkout, error) {

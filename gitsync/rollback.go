@@ -117,6 +117,13 @@ func (c *Controller) settleHealth(gs *v1alpha1.GitSource, st *v1alpha1.GitSource
 		set = func(metav1.ConditionStatus, string, string) {}
 	}
 	summary, lines := SummarizeHealth(ss.healthy)
+	// HealthySince: when the revision applied became healthy (a time from before it was
+	// applied is an earlier revision's).
+	if summary != v1alpha1.HealthHealthy {
+		st.HealthySince = nil
+	} else if st.HealthySince == nil || (st.LastAppliedTime != nil && st.HealthySince.Before(st.LastAppliedTime)) {
+		st.HealthySince = &metav1.Time{Time: now}
+	}
 	if st.RolledBack != nil {
 		// Ready stays False, saying which revision was rolled back, until a new commit.
 		set(metav1.ConditionFalse, ReasonRolledBack, rolledBackMessage(st.RolledBack))

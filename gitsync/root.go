@@ -2,9 +2,11 @@ package gitsync
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -22,7 +24,62 @@ import (
 // EnsureRootSource creates or updates GitSource kube-system/root to follow url at ref (a
 // branch, "tags/<tag>", or a 40-digit commit; empty: main) and path.
 func EnsureRootSource(ctx context.Context, client dynamic.Interface, url, ref, path string) error {
+	return EnsureRootSourceWith(ctx, client, url, ref, path, RootOptions{})
+}
+
+// RootOptions are the other settings of the root source (flotilla agent --git-interval,
+// --git-insecure, --git-rollback-health-timeout, --git-rollout-after, --git-rollout-soak,
+// --git-status-push, --git-status-interval). A zero field leaves the
+// source's field as it is, so that one set with kubectl stays.
+type RootOptions struct {
+	// RolloutAfter is spec.rollout.after.selector, RolloutSoak spec.rollout.soak (0: the
+	// server's default, or what is set).
+	RolloutAfter string
+	RolloutSoak  time.Duration
+	// StatusPush sets spec.statusPush, StatusInterval its interval.
+	StatusPush     bool
+	StatusInterval time.Duration
+	// Insecure sets spec.insecure (an http:// or git:// URL).
+	Insecure bool
+	// RollbackHealthTimeout, when set, enables spec.rollback with this health timeout.
+	RollbackHealthTimeout time.Duration
+	// Interval sets spec.interval.
+	Interval time.Duration
+}
+
+func (o RootOptions) apply(s *v1alpha1.GitSourceSpec) {
+	if o.Insecure {
+		s.Insecure = true
+	}
+	if o.Interval > 0 {
+		s.Interval = metav1.Duration{Duration: o.Interval}
+	}
+	if o.RollbackHealthTimeout > 0 {
+		s.Rollback = &v1alpha1.GitRollback{Enabled: true, HealthTimeout: &metav1.Duration{Duration: o.RollbackHealthTimeout}}
+	}
+	if o.RolloutAfter != "" {
+		if s.Rollout == nil {
+			s.Rollout = &v1alpha1.GitRollout{}
+		}
+		s.Rollout.After = v1alpha1.RolloutAfter{Selector: o.RolloutAfter}
+		if o.RolloutSoak > 0 || s.Rollout.Soak == nil {
+			s.Rollout.Soak = &metav1.Duration{Duration: cmp.Or(o.RolloutSoak, v1alpha1.DefaultSoak)}
+		}
+	}
+	if o.StatusPush {
+		if s.StatusPush == nil {
+			s.StatusPush = &v1alpha1.GitStatusPush{}
+		}
+		if o.StatusInterval > 0 || s.StatusPush.Interval == nil {
+			s.StatusPush.Interval = &metav1.Duration{Duration: cmp.Or(o.StatusInterval, v1alpha1.DefaultStatusInterval)}
+		}
+	}
+}
+
+// EnsureRootSourceWith is EnsureRootSource with the fleet settings of o.
+func EnsureRootSourceWith(ctx context.Context, client dynamic.Interface, url, ref, path string, o RootOptions) error {
 	spec := v1alpha1.GitSourceSpec{URL: url, Path: path, Ref: parseRef(ref)}
+	o.apply(&spec)
 	res := client.Resource(GitSourceResource).Namespace("kube-system")
 	live, err := res.Get(ctx, "root", metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -44,10 +101,13 @@ func EnsureRootSource(ctx context.Context, client dynamic.Interface, url, ref, p
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(live.Object, &gs); err != nil {
 		return err
 	}
-	if gs.Spec.URL == spec.URL && gs.Spec.Path == spec.Path && apiequality.Semantic.DeepEqual(gs.Spec.Ref, spec.Ref) {
+	want := gs.Spec.DeepCopy()
+	want.URL, want.Path, want.Ref = spec.URL, spec.Path, spec.Ref
+	o.apply(want)
+	if apiequality.Semantic.DeepEqual(&gs.Spec, want) {
 		return nil
 	}
-	gs.Spec.URL, gs.Spec.Path, gs.Spec.Ref = spec.URL, spec.Path, spec.Ref
+	gs.Spec = *want
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&gs)
 	if err != nil {
 		return err

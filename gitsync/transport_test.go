@@ -137,14 +137,6 @@ func TestFetchPlainHTTP(t *testing.T) {
 	if co.Commit != head {
 		t.Fatalf("fetched %s, want %s", co.Commit, head)
 	}
-	for _, u := range []string{"git://example.invalid/r.git", "ftp://example.invalid/r.git"} {
-		if err := CheckTransport(u, false, false); err == nil {
-			t.Errorf("%s accepted", u)
-		}
-	}
-	if err := CheckTransport("git://example.invalid/r.git", true, false); err != nil {
-		t.Errorf("git:// with insecure: %v", err)
-	}
 }
 
 // TestFetchRepoSizeLimit: a repository over --git-max-repo-size stops the fetch with a

@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flotilla-dev/flotilla/fleet"
-	"github.com/flotilla-dev/flotilla/gitsync"
+	"github.com/flotilla-dev/flotilla/internal/gitremote"
 )
 
 type fleetStatusOptions struct {
@@ -118,14 +118,14 @@ func runFleetStatus(ctx context.Context, repo string, o fleetStatusOptions, now 
 
 // fleetRemote builds the remote and its credentials from the flags. Errors name the flag
 // to change.
-func fleetRemote(url string, o fleetStatusOptions) (gitsync.Remote, error) {
-	r := gitsync.Remote{URL: url, Insecure: o.insecure}
+func fleetRemote(url string, o fleetStatusOptions) (gitremote.Remote, error) {
+	r := gitremote.Remote{URL: url, Insecure: o.insecure}
 	ep, err := transport.NewEndpoint(url)
 	if err != nil {
 		return r, fmt.Errorf("REPO %q is neither a directory nor a git URL: %w", url, err)
 	}
 	creds := o.username != "" || o.passwordFile != "" || o.sshKey != ""
-	if scheme := gitsync.InsecureTransport(url); scheme != "" {
+	if scheme := gitremote.InsecureTransport(url); scheme != "" {
 		if creds {
 			return r, fmt.Errorf("%s: credentials are never sent over %s:// (in the clear): use https:// or ssh://", url, scheme)
 		}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/flotilla-dev/flotilla/fleet"
-	"github.com/flotilla-dev/flotilla/gitsync"
+	"github.com/flotilla-dev/flotilla/internal/gitremote"
 )
 
 var fleetNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -24,7 +24,7 @@ func fleetRepo(t *testing.T) string {
 	if out, err := exec.Command("git", "init", "--bare", "-q", dir).CombinedOutput(); err != nil {
 		t.Fatalf("git init: %v\n%s", err, out)
 	}
-	remote := gitsync.Remote{URL: "file://" + dir}
+	remote := gitremote.Remote{URL: "file://" + dir}
 	const newRev, oldRev = "main@sha1:89abcdef0123456789abcdef0123456789abcdef", "main@sha1:0123456789abcdef0123456789abcdef01234567"
 	for _, s := range []struct {
 		site, rev string

@@ -5,6 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/component-base/version"
+
+	"github.com/flotilla-dev/flotilla/gitsync"
 )
 
 // flotillaVersion is stamped by the Makefile (-X main.flotillaVersion=...).
@@ -22,3 +24,6 @@ func newVersionCommand() *cobra.Command {
 		},
 	}
 }
+
+// The status documents a site publishes name the version that wrote them.
+func init() { gitsync.Version = flotillaVersion }

@@ -181,6 +181,9 @@ func (h *Host) startSite() error {
 	h.gossip.SetBanned(h.revoked.Banned)
 	go h.revoked.Run(h.runCtx.Done())
 	h.runEtcdMembership()
+	if err := h.ensureSite(); err != nil {
+		return err
+	}
 	if h.cfg.GitURL == "" {
 		return nil
 	}
@@ -197,7 +200,9 @@ func (h *Host) startSite() error {
 	go func() {
 		c := h.cfg
 		_ = wait.PollUntilContextCancel(h.runCtx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
-			if err := gitsync.EnsureRootSource(ctx, dyn, c.GitURL, c.GitRef, c.GitPath); err != nil {
+			if err := gitsync.EnsureRootSourceWith(ctx, dyn, c.GitURL, c.GitRef, c.GitPath, gitsync.RootOptions{
+				RolloutAfter: c.GitRolloutAfter, RolloutSoak: c.GitRolloutSoak, StatusPush: c.GitStatusPush, StatusInterval: c.GitStatusInterval, Insecure: c.GitInsecure, Interval: c.GitInterval,
+				RollbackHealthTimeout: c.GitRollbackHealthTimeout}); err != nil {
 				h.log.WithError(err).Warn("record GitSource kube-system/root")
 				return false, nil
 			}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/flotilla-dev/flotilla/gitsync"
 	"github.com/flotilla-dev/flotilla/nodes/agent"
@@ -54,6 +55,10 @@ type Config struct {
 	VoterReplaceAfter time.Duration
 	// NodeLabels are extra labels of this host's Node.
 	NodeLabels map[string]string
+	// Site names the site in a fleet and SiteLabels ("k=v,k2=v2") label it; the first host
+	// records them (Site defaults to its own name) in ConfigMap kube-system/flotilla-site and
+	// every other server checks its own against that record. Empty: take the record's.
+	Site, SiteLabels string
 	// Controllers this host runs when it leads: "*", a comma list, or empty for none.
 	Controllers string
 	// DefaultTolerationSeconds of the not-ready/unreachable tolerations new pods get.
@@ -86,6 +91,20 @@ type Config struct {
 	EncryptionProviderConfig string
 	// GitURL, GitRef and GitPath are recorded as GitSource kube-system/root when GitURL is set.
 	GitURL, GitRef, GitPath string
+	// GitRolloutAfter and GitRolloutSoak set spec.rollout of the root source (a label
+	// selector over the sites' labels); GitStatusPush sets its spec.statusPush, with
+	// GitStatusInterval as the heartbeat. Unset, the root source's fields stay as they are.
+	GitRolloutAfter   string
+	GitRolloutSoak    time.Duration
+	GitStatusPush     bool
+	GitStatusInterval time.Duration
+	// GitInterval sets spec.interval of the root source (0: leave it as it is).
+	GitInterval time.Duration
+	// GitInsecure sets spec.insecure of the root source: GitURL may be http:// or git://.
+	GitInsecure bool
+	// GitRollbackHealthTimeout enables spec.rollback of the root source with this health
+	// timeout (0: leave spec.rollback as it is).
+	GitRollbackHealthTimeout time.Duration
 	// GitWebhookSecretFile holds the push webhook token of the root source: the host stores
 	// it in Secret kube-system/root-webhook and names that in the source's webhookSecretRef.
 	GitWebhookSecretFile string
@@ -275,6 +294,45 @@ func (c *Config) Complete() (validation.Options, error) {
 	if bad := apiserver.ForbiddenNodeLabels(c.NodeLabels); len(bad) > 0 {
 		return vopts, fmt.Errorf("--node-label %s: a host may not set labels under node-restriction.kubernetes.io/ nor kubernetes.io or k8s.io labels other than the kubelet's own (set those on the Node with kubectl label, as an administrator)", strings.Join(bad, ", "))
 	}
+	if c.Site != "" || c.SiteLabels != "" {
+		if !c.Etcd {
+			return vopts, errors.New("--site and --site-labels are set on a site's servers: a worker belongs to the site it joins; remove them")
+		}
+		labels, err := gitsync.ParseSiteLabels(c.SiteLabels)
+		if err != nil {
+			return vopts, fmt.Errorf("--site-labels: %w", err)
+		}
+		if c.Site != "" {
+			if err := gitsync.ValidateSite(gitsync.Site{Name: c.Site}); err != nil {
+				return vopts, fmt.Errorf("--site: %w", err)
+			}
+		}
+		for k, v := range labels {
+			if nv, ok := c.NodeLabels[k]; ok && nv != v {
+				return vopts, fmt.Errorf("--site-labels %s=%s and --node-label %s=%s: the site's labels are also its Nodes' labels; drop one", k, v, k, nv)
+			}
+		}
+	}
+	if c.GitRolloutAfter != "" || c.GitStatusPush || c.GitRollbackHealthTimeout != 0 || c.GitInsecure {
+		if c.GitURL == "" {
+			return vopts, errors.New("--git-rollout-after, --git-status-push, --git-rollback-health-timeout and --git-insecure configure the root source: give --git-url too")
+		}
+		if _, err := labels.Parse(c.GitRolloutAfter); err != nil {
+			return vopts, fmt.Errorf("--git-rollout-after %q: not a label selector: %v (such as tier=canary)", c.GitRolloutAfter, err)
+		}
+	}
+	if c.GitInterval != 0 && c.GitInterval < c.GitMinInterval {
+		return vopts, fmt.Errorf("--git-interval %s: at least --git-min-interval (%s)", c.GitInterval, c.GitMinInterval)
+	}
+	if c.GitRollbackHealthTimeout != 0 && c.GitRollbackHealthTimeout < v1alpha1.MinHealthTimeout {
+		return vopts, fmt.Errorf("--git-rollback-health-timeout %s: at least %s (0: no rollback set by the flag)", c.GitRollbackHealthTimeout, v1alpha1.MinHealthTimeout)
+	}
+	if c.GitRolloutSoak < 0 {
+		return vopts, fmt.Errorf("--git-rollout-soak %s: must not be negative", c.GitRolloutSoak)
+	}
+	if c.GitStatusInterval != 0 && c.GitStatusInterval < v1alpha1.MinStatusInterval {
+		return vopts, fmt.Errorf("--git-status-interval %s: at least %s", c.GitStatusInterval, v1alpha1.MinStatusInterval)
+	}
 	if !c.Etcd && len(c.Join) == 0 {
 		return vopts, errors.New("--etcd=false makes a worker, which joins a site: give --join and --token-file")
 	}
@@ -363,7 +421,7 @@ func (c *Config) completeRegistries() error {
 // completeGit checks the flags of the root GitSource and of gitsync's limits.
 func (c *Config) completeGit(vopts *validation.Options) error {
 	if c.GitURL != "" {
-		if errs := validation.ValidateGitURL(c.GitURL, field.NewPath("--git-url")); len(errs) > 0 {
+		if errs := validation.ValidateGitURL(c.GitURL, c.GitInsecure, field.NewPath("--git-url")); len(errs) > 0 {
 			return errs.ToAggregate()
 		}
 	}

@@ -34,6 +34,21 @@ func TestConfigCompleteBadInput(t *testing.T) {
 		{"negative pressure transition", func(c *Config) { c.EvictionPressureTransition = -time.Second }, "--eviction-pressure-transition-period"},
 		{"bad kube reservation", func(c *Config) { c.KubeReserved = "gpu=1" }, "--kube-reserved"},
 		{"bad system reservation", func(c *Config) { c.SystemReserved = "memory" }, "--system-reserved"},
+		{"site not a DNS label", func(c *Config) { c.Site = "Shop_Berlin" }, "--site: site name"},
+		{"site label without value", func(c *Config) { c.SiteLabels = "tier" }, "--site-labels: site labels \"tier\""},
+		{"reserved site label", func(c *Config) { c.SiteLabels = "topology.kubernetes.io/zone=a" }, "reserved"},
+		{"site label against node label", func(c *Config) { c.SiteLabels, c.NodeLabels = "tier=canary", map[string]string{"tier": "edge"} }, "--site-labels tier=canary and --node-label tier=edge"},
+		{"site on a worker", func(c *Config) {
+			c.Etcd, c.Join, c.TokenFile, c.Site = false, []string{"10.0.0.1:7946"}, "t", "paris"
+		}, "a worker belongs to the site it joins"},
+		{"rollout without a repository", func(c *Config) { c.GitRolloutAfter = "tier=canary" }, "give --git-url too"},
+		{"rollout after a bad selector", func(c *Config) { c.GitURL, c.GitRolloutAfter = "https://git.example.com/f.git", "tier==(" }, "--git-rollout-after"},
+		{"short status interval", func(c *Config) {
+			c.GitURL, c.GitStatusPush, c.GitStatusInterval = "https://git.example.com/f.git", true, time.Second
+		}, "--git-status-interval 1s"},
+		{"short health timeout", func(c *Config) { c.GitURL, c.GitRollbackHealthTimeout = "https://git.example.com/f.git", time.Second }, "--git-rollback-health-timeout 1s"},
+		{"interval under the minimum", func(c *Config) { c.GitURL, c.GitInterval = "https://git.example.com/f.git", 2*time.Second }, "--git-interval 2s"},
+		{"http repository without insecure", func(c *Config) { c.GitURL = "http://git.example.com/f.git" }, "spec.insecure"},
 		{"worker without join", func(c *Config) { c.Etcd = false }, "--etcd=false makes a worker"},
 		{"worker without pods", func(c *Config) { c.Etcd, c.Pods, c.Join, c.TokenFile = false, false, []string{"10.0.0.1:7946"}, "t" }, "leaves the host nothing to do"},
 	} {

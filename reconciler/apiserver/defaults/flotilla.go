@@ -7,7 +7,7 @@ import (
 )
 
 // setGitSource makes a GitSource's defaults explicit, so that what the controller does is
-// what the object says: fetched every minute, at branch main, pruning, a rollback's health timeout 5m. spec.timeout stays
+// what the object says: fetched every minute, at branch main, pruning, a rollback's health timeout 5m, a rollout's soak and the status heartbeat 10m. spec.timeout stays
 // unset: it follows the interval at use, also when the interval changes later.
 func setGitSource(gs *flotillav1alpha1.GitSource) {
 	s := &gs.Spec
@@ -22,5 +22,11 @@ func setGitSource(gs *flotillav1alpha1.GitSource) {
 	}
 	if s.Rollback != nil && s.Rollback.HealthTimeout == nil {
 		s.Rollback.HealthTimeout = &metav1.Duration{Duration: flotillav1alpha1.DefaultHealthTimeout}
+	}
+	if s.Rollout != nil && s.Rollout.Soak == nil {
+		s.Rollout.Soak = &metav1.Duration{Duration: flotillav1alpha1.DefaultSoak}
+	}
+	if s.StatusPush != nil && s.StatusPush.Interval == nil {
+		s.StatusPush.Interval = &metav1.Duration{Duration: flotillav1alpha1.DefaultStatusInterval}
 	}
 }

@@ -39,6 +39,11 @@ spec: {url: "https://git.example.com/apps.git", interval: 1m0s, ref: {branch: ma
 			want: gs(`{spec: {url: "file:///srv/site.git", wait: true, rollback: {enabled: true, healthTimeout: 5m0s}, interval: 1m0s, ref: {branch: main}, prune: true}}`),
 		},
 		{
+			name: "rollout and status push without soak and interval",
+			in:   gs(`{spec: {url: "file:///srv/site.git", rollout: {after: {selector: tier=canary}}, statusPush: {branch: true}}}`),
+			want: gs(`{spec: {url: "file:///srv/site.git", rollout: {after: {selector: tier=canary}, soak: 10m0s}, statusPush: {branch: true, interval: 10m0s}, interval: 1m0s, ref: {branch: main}, prune: true}}`),
+		},
+		{
 			name: "only semver set",
 			in:   gs(`{spec: {url: "https://git.example.com/apps.git", ref: {semver: "~1.4"}, interval: 5m}}`),
 			want: gs(`{spec: {url: "https://git.example.com/apps.git", ref: {semver: "~1.4"}, interval: 5m0s, prune: true}}`),

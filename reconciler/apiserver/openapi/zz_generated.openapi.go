@@ -43,16 +43,19 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 	return map[string]common.OpenAPIDefinition{
 		v1alpha1.GitRef{}.OpenAPIModelName():                                         schema_apiserver_apis_flotilla_v1alpha1_GitRef(ref),
 		v1alpha1.GitRollback{}.OpenAPIModelName():                                    schema_apiserver_apis_flotilla_v1alpha1_GitRollback(ref),
+		v1alpha1.GitRollout{}.OpenAPIModelName():                                     schema_apiserver_apis_flotilla_v1alpha1_GitRollout(ref),
 		v1alpha1.GitSource{}.OpenAPIModelName():                                      schema_apiserver_apis_flotilla_v1alpha1_GitSource(ref),
 		v1alpha1.GitSourceList{}.OpenAPIModelName():                                  schema_apiserver_apis_flotilla_v1alpha1_GitSourceList(ref),
 		v1alpha1.GitSourceRollback{}.OpenAPIModelName():                              schema_apiserver_apis_flotilla_v1alpha1_GitSourceRollback(ref),
 		v1alpha1.GitSourceSpec{}.OpenAPIModelName():                                  schema_apiserver_apis_flotilla_v1alpha1_GitSourceSpec(ref),
 		v1alpha1.GitSourceStatus{}.OpenAPIModelName():                                schema_apiserver_apis_flotilla_v1alpha1_GitSourceStatus(ref),
+		v1alpha1.GitStatusPush{}.OpenAPIModelName():                                  schema_apiserver_apis_flotilla_v1alpha1_GitStatusPush(ref),
 		v1alpha1.GitVerification{}.OpenAPIModelName():                                schema_apiserver_apis_flotilla_v1alpha1_GitVerification(ref),
 		v1alpha1.LocalObjectReference{}.OpenAPIModelName():                           schema_apiserver_apis_flotilla_v1alpha1_LocalObjectReference(ref),
 		v1alpha1.NamespacedObjectReference{}.OpenAPIModelName():                      schema_apiserver_apis_flotilla_v1alpha1_NamespacedObjectReference(ref),
 		v1alpha1.ResourceInventory{}.OpenAPIModelName():                              schema_apiserver_apis_flotilla_v1alpha1_ResourceInventory(ref),
 		v1alpha1.ResourceRef{}.OpenAPIModelName():                                    schema_apiserver_apis_flotilla_v1alpha1_ResourceRef(ref),
+		v1alpha1.RolloutAfter{}.OpenAPIModelName():                                   schema_apiserver_apis_flotilla_v1alpha1_RolloutAfter(ref),
 		v1.ApplyConfiguration{}.OpenAPIModelName():                                   schema_k8sio_api_admissionregistration_v1_ApplyConfiguration(ref),
 		v1.AuditAnnotation{}.OpenAPIModelName():                                      schema_k8sio_api_admissionregistration_v1_AuditAnnotation(ref),
 		v1.ExpressionWarning{}.OpenAPIModelName():                                    schema_k8sio_api_admissionregistration_v1_ExpressionWarning(ref),
@@ -742,6 +745,35 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitRollback(ref common.ReferenceCal
 	}
 }
 
+func schema_apiserver_apis_flotilla_v1alpha1_GitRollout(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "GitRollout configures a staged rollout across the sites of a fleet.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"after": {
+						SchemaProps: spec.SchemaProps{
+							Description: "After selects the sites that must run a revision first: this site applies a new revision only once every site After matches reports it Healthy, for at least Soak. When one of them reports it rolled back or Degraded, this site holds the revision it runs and says why in its Rollout condition. A site never waits for itself.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.RolloutAfter{}.OpenAPIModelName()),
+						},
+					},
+					"soak": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Soak is how long the sites of After must have run the revision healthy. Defaults to 10m; 0s applies as soon as they report it Healthy.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"after"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.RolloutAfter{}.OpenAPIModelName(), metav1.Duration{}.OpenAPIModelName()},
+	}
+}
+
 func schema_apiserver_apis_flotilla_v1alpha1_GitSource(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1000,6 +1032,18 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitSourceSpec(ref common.ReferenceC
 							Ref:         ref(v1alpha1.GitRollback{}.OpenAPIModelName()),
 						},
 					},
+					"rollout": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Rollout holds a new revision until the sites it waits for (other sites following the same repository) report it healthy: the waves of a fleet.",
+							Ref:         ref(v1alpha1.GitRollout{}.OpenAPIModelName()),
+						},
+					},
+					"statusPush": {
+						SchemaProps: spec.SchemaProps{
+							Description: "StatusPush publishes this site's status (revision applied, health, rollback, hosts, workloads) to the repository, where `flotilla fleet status` and the spec.rollout of other sites read it.",
+							Ref:         ref(v1alpha1.GitStatusPush{}.OpenAPIModelName()),
+						},
+					},
 					"insecure": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Insecure allows an http:// or git:// URL, whose content a network attacker can change on the way (set spec.verify to detect that). Credentials are never sent over such a URL: spec.secretRef is refused with it. The status carries a Warning condition while it is in use.",
@@ -1012,7 +1056,7 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitSourceSpec(ref common.ReferenceC
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.GitRef{}.OpenAPIModelName(), v1alpha1.GitRollback{}.OpenAPIModelName(), v1alpha1.GitVerification{}.OpenAPIModelName(), v1alpha1.LocalObjectReference{}.OpenAPIModelName(), v1alpha1.NamespacedObjectReference{}.OpenAPIModelName(), metav1.Duration{}.OpenAPIModelName()},
+			v1alpha1.GitRef{}.OpenAPIModelName(), v1alpha1.GitRollback{}.OpenAPIModelName(), v1alpha1.GitRollout{}.OpenAPIModelName(), v1alpha1.GitStatusPush{}.OpenAPIModelName(), v1alpha1.GitVerification{}.OpenAPIModelName(), v1alpha1.LocalObjectReference{}.OpenAPIModelName(), v1alpha1.NamespacedObjectReference{}.OpenAPIModelName(), metav1.Duration{}.OpenAPIModelName()},
 	}
 }
 
@@ -1093,6 +1137,31 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitSourceStatus(ref common.Referenc
 							Ref:         ref(v1alpha1.GitSourceRollback{}.OpenAPIModelName()),
 						},
 					},
+					"heldRevision": {
+						SchemaProps: spec.SchemaProps{
+							Description: "HeldRevision is the revision fetched but not applied because spec.rollout waits for other sites (the Rollout condition says which and why).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"healthySince": {
+						SchemaProps: spec.SchemaProps{
+							Description: "HealthySince is when the applied revision became healthy (unset while it is not).",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"site": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Site is the site this source reports as (flotilla agent --site), and LastPublishedTime when its status was last published (spec.statusPush).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"lastPublishedTime": {
+						SchemaProps: spec.SchemaProps{
+							Ref: ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
 					"inventory": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Inventory lists the objects applied from LastAppliedRevision; pruning deletes the entries that the next revision no longer renders.",
@@ -1130,6 +1199,40 @@ func schema_apiserver_apis_flotilla_v1alpha1_GitSourceStatus(ref common.Referenc
 		},
 		Dependencies: []string{
 			v1alpha1.GitSourceRollback{}.OpenAPIModelName(), v1alpha1.ResourceInventory{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_flotilla_v1alpha1_GitStatusPush(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "GitStatusPush configures the publication of the site's status to the repository.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"secretRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "SecretRef names a Secret in the GitSource's namespace with credentials allowed to push (the keys of spec.secretRef). Unset: spec.secretRef's credentials are used, or none (a file:// repository, or a server that takes anonymous pushes).",
+							Ref:         ref(v1alpha1.LocalObjectReference{}.OpenAPIModelName()),
+						},
+					},
+					"interval": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Interval is how often the status is published when nothing changes, as a heartbeat (a site silent for three intervals is shown stale). It is published at once after every apply and change of health. At least 10s; defaults to 10m.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"branch": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Branch writes to branch flotilla-status/<site> instead of ref refs/flotilla/status/<site>, for git hosts that refuse refs outside refs/heads and refs/tags.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.LocalObjectReference{}.OpenAPIModelName(), metav1.Duration{}.OpenAPIModelName()},
 	}
 }
 
@@ -1286,6 +1389,45 @@ func schema_apiserver_apis_flotilla_v1alpha1_ResourceRef(ref common.ReferenceCal
 					},
 				},
 				Required: []string{"id", "v"},
+			},
+		},
+	}
+}
+
+func schema_apiserver_apis_flotilla_v1alpha1_RolloutAfter(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "RolloutAfter selects sites by name, by their labels (flotilla agent --site-labels), or both: a site matched by either is waited for. At least one is set.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"sites": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Sites are site names (flotilla agent --site).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"selector": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Selector is a label selector over the sites' labels, in kubectl's syntax (\"tier=canary\", \"tier in (canary,early)\", \"!late\").",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
 			},
 		},
 	}

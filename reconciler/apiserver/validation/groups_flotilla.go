@@ -10,6 +10,8 @@ import (
 	"github.com/Masterminds/semver/v3"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/labels"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	flotillav1alpha1 "github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
@@ -50,10 +52,10 @@ func validateGitSource(gs *flotillav1alpha1.GitSource, minInterval time.Duration
 	return append(errs, validateGitSourceSpec(gs, specPath, minInterval)...)
 }
 
-// ValidateGitURL checks a repository URL as spec.url of a GitSource without spec.insecure
-// is checked; errors are reported at fld.
-func ValidateGitURL(raw string, fld *field.Path) field.ErrorList {
-	gs := &flotillav1alpha1.GitSource{Spec: flotillav1alpha1.GitSourceSpec{URL: raw}}
+// ValidateGitURL checks a repository URL as spec.url of a GitSource with spec.insecure set
+// to insecure is checked; errors are reported at fld.
+func ValidateGitURL(raw string, insecure bool, fld *field.Path) field.ErrorList {
+	gs := &flotillav1alpha1.GitSource{Spec: flotillav1alpha1.GitSourceSpec{URL: raw, Insecure: insecure}}
 	var errs field.ErrorList
 	for _, e := range validateGitSourceSpec(gs, field.NewPath("spec"), flotillav1alpha1.MinInterval) {
 		if e.Field == "spec.url" {
@@ -146,6 +148,20 @@ func validateGitSourceSpec(gs *flotillav1alpha1.GitSource, p *field.Path, minInt
 		errs = append(errs, field.Invalid(p.Child("rollback", "healthTimeout"), r.HealthTimeout.Duration.String(), fmt.Sprintf(
 			"must be at least %s: the pods of a revision need time to start; set %s or more, or remove it for the default %s",
 			flotillav1alpha1.MinHealthTimeout, flotillav1alpha1.MinHealthTimeout, flotillav1alpha1.DefaultHealthTimeout)))
+	}
+
+	errs = append(errs, validateRollout(s.Rollout, p.Child("rollout"))...)
+	if sp := s.StatusPush; sp != nil {
+		if sp.Interval != nil && sp.Interval.Duration < flotillav1alpha1.MinStatusInterval {
+			errs = append(errs, field.Invalid(p.Child("statusPush", "interval"), sp.Interval.Duration.String(), fmt.Sprintf(
+				"must be at least %s: set %s or more, or remove it for the default %s (the status is published at once after every apply and change of health anyway)",
+				flotillav1alpha1.MinStatusInterval, flotillav1alpha1.MinStatusInterval, flotillav1alpha1.DefaultStatusInterval)))
+		}
+		errs = append(errs, validateSecretRef(sp.SecretRef, p.Child("statusPush", "secretRef"))...)
+		if sp.SecretRef != nil && len(urlErrs) == 0 && u.plain() {
+			errs = append(errs, field.Forbidden(p.Child("statusPush", "secretRef"), fmt.Sprintf(
+				"credentials are never sent over %s: use an https:// or ssh:// URL, or remove spec.statusPush.secretRef", u.label())))
+		}
 	}
 
 	errs = append(errs, validateSecretRef(s.SecretRef, p.Child("secretRef"))...)
@@ -406,6 +422,37 @@ func validateSecretRef(ref *flotillav1alpha1.LocalObjectReference, p *field.Path
 		return field.ErrorList{field.Required(p.Child("name"), "set the name of a Secret in the GitSource's namespace, or remove "+p.String())}
 	}
 	return isDNSSubdomain(p.Child("name"), ref.Name)
+}
+
+// validateRollout checks spec.rollout: the sites it waits for, by name or label selector.
+func validateRollout(r *flotillav1alpha1.GitRollout, p *field.Path) field.ErrorList {
+	if r == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	ap := p.Child("after")
+	if len(r.After.Sites) == 0 && strings.TrimSpace(r.After.Selector) == "" {
+		errs = append(errs, field.Required(ap, "name the sites that run a revision first: set after.sites (site names) or after.selector (such as tier=canary), or remove spec.rollout"))
+	}
+	seen := map[string]bool{}
+	for i, site := range r.After.Sites {
+		if msgs := utilvalidation.IsDNS1123Label(site); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(ap.Child("sites").Index(i), site, "a site name (flotilla agent --site) is a DNS label: "+strings.Join(msgs, "; ")))
+		}
+		if seen[site] {
+			errs = append(errs, field.Duplicate(ap.Child("sites").Index(i), site))
+		}
+		seen[site] = true
+	}
+	if sel := strings.TrimSpace(r.After.Selector); sel != "" {
+		if _, err := labels.Parse(sel); err != nil {
+			errs = append(errs, field.Invalid(ap.Child("selector"), r.After.Selector, "not a label selector: "+err.Error()+` (write it as kubectl -l takes it, such as "tier=canary" or "tier in (canary,early)")`))
+		}
+	}
+	if r.Soak != nil && r.Soak.Duration < 0 {
+		errs = append(errs, field.Invalid(p.Child("soak"), r.Soak.Duration.String(), "must not be negative: set how long the sites of after must have run a revision healthy, such as 10m (0s: as soon as they report it Healthy)"))
+	}
+	return errs
 }
 
 // validateDependsOn checks the GitSources this one waits for.

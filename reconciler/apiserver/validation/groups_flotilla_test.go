@@ -127,6 +127,31 @@ func TestValidateGitSource(t *testing.T) {
 		{"rollback with health timeout 10s", rollback(10 * time.Second), none(), ""},
 		{"rollback with health timeout 5s", rollback(5 * time.Second), errs(inv("spec.rollback.healthTimeout")), "at least 10s"},
 		{"interval 5s", interval(5 * time.Second), errs(inv("spec.interval")), "at least 10s"},
+
+		// spec.rollout, spec.statusPush
+		{"rollout after canaries", func(g *gs) {
+			g.Spec.Rollout = &flotillav1alpha1.GitRollout{After: flotillav1alpha1.RolloutAfter{Selector: "tier in (canary,early)", Sites: []string{"paris"}}}
+		}, none(), ""},
+		{"rollout after nothing", func(g *gs) { g.Spec.Rollout = &flotillav1alpha1.GitRollout{} }, errs(req("spec.rollout.after")), "set after.sites"},
+		{"rollout after a bad selector", func(g *gs) {
+			g.Spec.Rollout = &flotillav1alpha1.GitRollout{After: flotillav1alpha1.RolloutAfter{Selector: "tier in canary"}}
+		}, errs(inv("spec.rollout.after.selector")), "kubectl -l"},
+		{"rollout after a site name that is no DNS label", func(g *gs) {
+			g.Spec.Rollout = &flotillav1alpha1.GitRollout{After: flotillav1alpha1.RolloutAfter{Sites: []string{"Paris_1"}}}
+		}, errs(inv("spec.rollout.after.sites[0]")), "DNS label"},
+		{"rollout after a site twice", func(g *gs) {
+			g.Spec.Rollout = &flotillav1alpha1.GitRollout{After: flotillav1alpha1.RolloutAfter{Sites: []string{"paris", "paris"}}}
+		}, errs(dup("spec.rollout.after.sites[1]")), ""},
+		{"rollout with a negative soak", func(g *gs) {
+			g.Spec.Rollout = &flotillav1alpha1.GitRollout{After: flotillav1alpha1.RolloutAfter{Sites: []string{"paris"}}, Soak: &metav1.Duration{Duration: -time.Minute}}
+		}, errs(inv("spec.rollout.soak")), "must not be negative"},
+		{"status push every 5s", func(g *gs) {
+			g.Spec.StatusPush = &flotillav1alpha1.GitStatusPush{Interval: &metav1.Duration{Duration: 5 * time.Second}}
+		}, errs(inv("spec.statusPush.interval")), "at least 10s"},
+		{"status push with credentials over http", func(g *gs) {
+			insecureURL("http://git.example.com/site.git")(g)
+			g.Spec.StatusPush = &flotillav1alpha1.GitStatusPush{SecretRef: secretRef("push")}
+		}, errs(forb("spec.statusPush.secretRef")), "credentials are never sent over http://"},
 		{"interval negative", interval(-time.Minute), errs(inv("spec.interval")), "at least 10s"},
 		{"interval unset, not defaulted", interval(0), none(), ""},
 		{"timeout zero", func(g *gs) { g.Spec.Timeout = &metav1.Duration{} }, errs(inv("spec.timeout")), "greater than zero"},

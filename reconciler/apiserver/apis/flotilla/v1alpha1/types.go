@@ -19,6 +19,13 @@ const (
 	DefaultHealthTimeout = 5 * time.Minute
 	// MinHealthTimeout is the shortest spec.rollback.healthTimeout the API accepts.
 	MinHealthTimeout = 10 * time.Second
+	// DefaultSoak is how long the sites of spec.rollout.after must report a revision
+	// healthy before this site applies it, when spec.rollout.soak is unset.
+	DefaultSoak = 10 * time.Minute
+	// DefaultStatusInterval is how often a site publishes its status when nothing changes
+	// (spec.statusPush.interval unset); MinStatusInterval the shortest the API accepts.
+	DefaultStatusInterval = 10 * time.Minute
+	MinStatusInterval     = 10 * time.Second
 )
 
 // Condition types recorded in GitSourceStatus.Conditions (the flux/kstatus set).
@@ -39,6 +46,14 @@ const (
 	// ConditionWarning is True while the source works but is set up in a way that is not
 	// safe (spec.insecure with an http:// or git:// URL); its message says what to change.
 	ConditionWarning = "Warning"
+	// ConditionRollout is set with spec.rollout: True when the fetched revision is
+	// applied, False while it is held for the sites of spec.rollout.after (reason
+	// RolloutWaiting while they have not run it healthy for the soak, RolloutHeld when one
+	// of them rolled it back or reports it Degraded).
+	ConditionRollout = "Rollout"
+	// ConditionStatusPublished is True when the site's status was last published to the
+	// repository (spec.statusPush), False with the reason it is not.
+	ConditionStatusPublished = "StatusPublished"
 )
 
 // Values of GitSourceStatus.Health.
@@ -156,6 +171,17 @@ type GitSourceSpec struct {
 	// +optional
 	Rollback *GitRollback `json:"rollback,omitempty"`
 
+	// Rollout holds a new revision until the sites it waits for (other sites following
+	// the same repository) report it healthy: the waves of a fleet.
+	// +optional
+	Rollout *GitRollout `json:"rollout,omitempty"`
+
+	// StatusPush publishes this site's status (revision applied, health, rollback, hosts,
+	// workloads) to the repository, where `flotilla fleet status` and the spec.rollout of
+	// other sites read it.
+	// +optional
+	StatusPush *GitStatusPush `json:"statusPush,omitempty"`
+
 	// Insecure allows an http:// or git:// URL, whose content a network attacker can
 	// change on the way (set spec.verify to detect that). Credentials are never sent over
 	// such a URL: spec.secretRef is refused with it. The status carries a Warning condition
@@ -183,6 +209,56 @@ type GitRollback struct {
 	// Defaults to 5m.
 	// +optional
 	HealthTimeout *metav1.Duration `json:"healthTimeout,omitempty"`
+}
+
+// GitRollout configures a staged rollout across the sites of a fleet.
+type GitRollout struct {
+	// After selects the sites that must run a revision first: this site applies a new
+	// revision only once every site After matches reports it Healthy, for at least Soak.
+	// When one of them reports it rolled back or Degraded, this site holds the revision it
+	// runs and says why in its Rollout condition. A site never waits for itself.
+	// +required
+	After RolloutAfter `json:"after"`
+
+	// Soak is how long the sites of After must have run the revision healthy. Defaults
+	// to 10m; 0s applies as soon as they report it Healthy.
+	// +optional
+	Soak *metav1.Duration `json:"soak,omitempty"`
+}
+
+// RolloutAfter selects sites by name, by their labels (flotilla agent --site-labels), or
+// both: a site matched by either is waited for. At least one is set.
+type RolloutAfter struct {
+	// Sites are site names (flotilla agent --site).
+	// +optional
+	// +listType=set
+	Sites []string `json:"sites,omitempty"`
+
+	// Selector is a label selector over the sites' labels, in kubectl's syntax
+	// ("tier=canary", "tier in (canary,early)", "!late").
+	// +optional
+	Selector string `json:"selector,omitempty"`
+}
+
+// GitStatusPush configures the publication of the site's status to the repository.
+type GitStatusPush struct {
+	// SecretRef names a Secret in the GitSource's namespace with credentials allowed to
+	// push (the keys of spec.secretRef). Unset: spec.secretRef's credentials are used,
+	// or none (a file:// repository, or a server that takes anonymous pushes).
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+
+	// Interval is how often the status is published when nothing changes, as a
+	// heartbeat (a site silent for three intervals is shown stale). It is published at
+	// once after every apply and change of health. At least 10s; defaults to 10m.
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+
+	// Branch writes to branch flotilla-status/<site> instead of ref
+	// refs/flotilla/status/<site>, for git hosts that refuse refs outside refs/heads
+	// and refs/tags.
+	// +optional
+	Branch bool `json:"branch,omitempty"`
 }
 
 // GitSourceRollback records a revision that was rolled back.
@@ -315,6 +391,22 @@ type GitSourceStatus struct {
 	// commit arrives.
 	// +optional
 	RolledBack *GitSourceRollback `json:"rolledBack,omitempty"`
+
+	// HeldRevision is the revision fetched but not applied because spec.rollout waits for
+	// other sites (the Rollout condition says which and why).
+	// +optional
+	HeldRevision string `json:"heldRevision,omitempty"`
+
+	// HealthySince is when the applied revision became healthy (unset while it is not).
+	// +optional
+	HealthySince *metav1.Time `json:"healthySince,omitempty"`
+
+	// Site is the site this source reports as (flotilla agent --site), and
+	// LastPublishedTime when its status was last published (spec.statusPush).
+	// +optional
+	Site string `json:"site,omitempty"`
+	// +optional
+	LastPublishedTime *metav1.Time `json:"lastPublishedTime,omitempty"`
 
 	// Inventory lists the objects applied from LastAppliedRevision; pruning deletes
 	// the entries that the next revision no longer renders.

@@ -18,6 +18,11 @@ func (in GitRollback) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in GitRollout) OpenAPIModelName() string {
+	return "dev.flotilla.v1alpha1.GitRollout"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in GitSource) OpenAPIModelName() string {
 	return "dev.flotilla.v1alpha1.GitSource"
 }
@@ -43,6 +48,11 @@ func (in GitSourceStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in GitStatusPush) OpenAPIModelName() string {
+	return "dev.flotilla.v1alpha1.GitStatusPush"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in GitVerification) OpenAPIModelName() string {
 	return "dev.flotilla.v1alpha1.GitVerification"
 }
@@ -65,4 +75,9 @@ func (in ResourceInventory) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ResourceRef) OpenAPIModelName() string {
 	return "dev.flotilla.v1alpha1.ResourceRef"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in RolloutAfter) OpenAPIModelName() string {
+	return "dev.flotilla.v1alpha1.RolloutAfter"
 }
