@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/json"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/flotilla-dev/flotilla/gitsync"
 )
@@ -36,7 +35,7 @@ func (h *Host) ensureSite() error {
 	if err == nil {
 		h.log.WithFields(logrus.Fields{"site": site.Name, "labels": gitsync.FormatSiteLabels(site.Labels)}).Info("site")
 		go h.retry("label this host's Node with its site", func(ctx context.Context) error {
-			return labelSite(ctx, h.apiClient, h.cfg.Name, site)
+			return h.labelSite(ctx, site)
 		})
 		return nil
 	}
@@ -50,13 +49,18 @@ func (h *Host) ensureSite() error {
 		if err != nil {
 			return err
 		}
-		return labelSite(ctx, h.apiClient, h.cfg.Name, site)
+		return h.labelSite(ctx, site)
 	})
 	return nil
 }
 
-// labelSite sets the site's labels on Node name (those already right are left alone).
-func labelSite(ctx context.Context, client kubernetes.Interface, name string, site gitsync.Site) error {
+// labelSite sets the site's labels on Node name (those already right are left alone); a
+// host without pods (--pods=false) has no Node.
+func (h *Host) labelSite(ctx context.Context, site gitsync.Site) error {
+	if !h.cfg.Pods {
+		return nil
+	}
+	client, name := h.apiClient, h.cfg.Name
 	n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return err
