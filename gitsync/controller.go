@@ -794,8 +794,11 @@ func (c *Controller) reconcile(ctx context.Context, gs *v1alpha1.GitSource, st *
 		prev := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRollout)
 		if g.open {
 			st.HeldRevision = ""
-			if prev == nil || prev.Status != metav1.ConditionTrue {
-				c.event(gs, corev1.EventTypeNormal, ReasonRolloutReleased, "%s", g.message)
+			// A revision the gate released (not the one applied, re-applied every round).
+			if released := co.Revision != st.LastAppliedRevision; released || prev == nil || prev.Status != metav1.ConditionTrue {
+				if released {
+					c.event(gs, corev1.EventTypeNormal, ReasonRolloutReleased, "%s", g.message)
+				}
 				set(v1alpha1.ConditionRollout, metav1.ConditionTrue, ReasonRolloutReleased, g.message)
 			}
 		} else {
