@@ -80,7 +80,9 @@ func New(c *controllers.Context) (controllers.Runner, error) {
 			ctl.queue.Add(key)
 		}
 	}
-	if _, err := cm.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, cur any) { own(cur) }, DeleteFunc: own}); err != nil {
+	// Add too: the ConfigMap may be created by someone else (the host installing the policy
+	// set's params) while this controller's Create races it.
+	if _, err := cm.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: own, UpdateFunc: func(_, cur any) { own(cur) }, DeleteFunc: own}); err != nil {
 		return nil, fmt.Errorf("configmap handler: %w", err)
 	}
 	return ctl, nil
@@ -112,7 +114,12 @@ func (c *Controller) sync(ctx context.Context, _ string) error {
 			Data: data,
 		}
 		_, err := c.client.CoreV1().ConfigMaps(policies.InventoryNamespace).Create(ctx, cm, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
+		if apierrors.IsAlreadyExists(err) {
+			// Created meanwhile by another writer, with other data maybe: the informer's Add
+			// queues it again, and the next sync updates it.
+			return nil
+		}
+		if err != nil {
 			return fmt.Errorf("create %s/%s: %w", policies.InventoryNamespace, policies.InventoryName, err)
 		}
 		c.log.WithField("keys", len(data)).Info("created the policy inventory")
