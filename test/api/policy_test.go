@@ -670,17 +670,19 @@ func TestMutatingAdmissionPolicyReinvocation(t *testing.T) {
 	a.MustKubectl(reinvocationPolicies(pairs), "apply", "-f", "-")
 	client := a.Client()
 	ctx := context.Background()
-	// The policies reach the plugin within a second or so: retry until every setter ran.
+	// The policies and bindings reach the plugin through separate informers within a second or
+	// so: retry until every setter and every copier ran (a copier not yet loaded leaves no
+	// annotation; one loaded but not reinvoked writes "no").
 	var got *corev1.ConfigMap
 	deadline := time.Now().Add(60 * time.Second)
 	for n := 0; ; n++ {
 		cm, err := client.CoreV1().ConfigMaps("reinvoked").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", n)}}, metav1.CreateOptions{})
-		if err == nil && len(cm.Labels) == pairs {
+		if err == nil && len(cm.Labels) == pairs && len(cm.Annotations) == pairs {
 			got = cm
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("ConfigMaps in namespace reinvoked do not get the %d setters' labels: %v, %v", pairs, cm, err)
+			t.Fatalf("ConfigMaps in namespace reinvoked do not get the %d setters' labels and copiers' annotations: %v, %v", pairs, cm, err)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
