@@ -52,6 +52,23 @@ type Dir struct {
 	mu      sync.Mutex
 	online  bool
 	servedN int
+	// writers counts the running writers: when their context ends they write a change
+	// still waiting for its debounce, and Wait waits for that.
+	writers sync.WaitGroup
+}
+
+// Wait waits up to timeout for the writers of a stopped Dir (its contexts ended) to write
+// the changes they had not written yet: a host that stops a moment after a change restarts
+// from that change, not from the one before. It reports whether they finished.
+func (d *Dir) Wait(timeout time.Duration) bool {
+	done := make(chan struct{})
+	go func() { d.writers.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
 }
 
 // Open makes (or opens) the checkpoint directory at path, readable by root only: it holds
@@ -93,6 +110,7 @@ func (d *Dir) Informer(ctx context.Context, k Kind) cache.SharedIndexInformer {
 		AddFunc: func(any) { w.poke() }, UpdateFunc: func(any, any) { w.poke() }, DeleteFunc: func(any) { w.poke() },
 	})
 	w.poke() // write once synced, even a store without objects
+	d.writers.Add(1)
 	go w.run(ctx)
 	return inf
 }
@@ -248,32 +266,51 @@ func (w *writer) poke() {
 }
 
 func (w *writer) run(ctx context.Context) {
+	defer w.d.writers.Done()
 	var last string
+	// flush writes the store if it changed since the last write.
+	flush := func() {
+		if !w.inf.HasSynced() {
+			w.poke()
+			return
+		}
+		rv := w.inf.LastSyncResourceVersion()
+		if rv == last && rv != "" {
+			// A relist from the checkpoint itself, or a resync: nothing new.
+			return
+		}
+		if err := w.write(rv); err != nil {
+			w.d.log.WithError(err).WithField("kind", w.k.Name).Warn("write checkpoint")
+			return
+		}
+		last = rv
+	}
 	for {
 		select {
 		case <-ctx.Done():
+			w.final(flush)
 			return
 		case <-w.dirty:
 		}
 		select {
 		case <-ctx.Done():
+			// A change waits for its debounce: write it before the host exits.
+			flush()
 			return
 		case <-time.After(w.d.Debounce):
 		}
-		if !w.inf.HasSynced() {
-			w.poke()
-			continue
+		flush()
+	}
+}
+
+// final writes a change poked but not yet picked up, once the informer's context ended.
+func (w *writer) final(flush func()) {
+	select {
+	case <-w.dirty:
+		if w.inf.HasSynced() {
+			flush()
 		}
-		rv := w.inf.LastSyncResourceVersion()
-		if rv == last && rv != "" {
-			// A relist from the checkpoint itself, or a resync: nothing new.
-			continue
-		}
-		if err := w.write(rv); err != nil {
-			w.d.log.WithError(err).WithField("kind", w.k.Name).Warn("write checkpoint")
-			continue
-		}
-		last = rv
+	default:
 	}
 }
 

@@ -176,11 +176,16 @@ type host struct {
 
 func startHost(t *testing.T, dir string, a *fakeAPI) *host {
 	t.Helper()
+	return startHostDebounce(t, dir, a, 10*time.Millisecond)
+}
+
+func startHostDebounce(t *testing.T, dir string, a *fakeAPI, debounce time.Duration) *host {
+	t.Helper()
 	d, err := Open(dir, testLog())
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Debounce = 10 * time.Millisecond
+	d.Debounce = debounce
 	ctx, cancel := context.WithCancel(context.Background())
 	f := informers.NewSharedInformerFactory(a.cs, 0)
 	d.Register(ctx, f,
@@ -196,8 +201,8 @@ func startHost(t *testing.T, dir string, a *fakeAPI) *host {
 }
 
 // hostDir is a temporary directory for hosts' checkpoints. Unlike t.TempDir it tolerates
-// a checkpoint writer still finishing its write when the test ends: Dir offers no way to
-// wait for its writers after their context is cancelled.
+// a checkpoint writer still finishing its write when the test ends (most tests do not call
+// Dir.Wait after they stop a host).
 func hostDir(t *testing.T) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "checkpoint-test-")
@@ -911,5 +916,38 @@ func TestUnavailable(t *testing.T) {
 				t.Errorf("Unavailable(%v) = %v, want %v", tc.err, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestStopWritesPendingChange: a host that stops a moment after a change (within the
+// debounce) still has that change in its checkpoint once Wait returns, so a restart serves
+// it and not the state before (a pod that had just become ready, in a rolling restart).
+func TestStopWritesPendingChange(t *testing.T) {
+	dir := filepath.Join(hostDir(t), "checkpoint")
+	a := newFakeAPI(t, connRefused(), cm("a", "1"))
+	// A change waits an hour before it is written, unless the host stops.
+	h := startHostDebounce(t, dir, a, time.Hour)
+	h.synced(t, 10*time.Second)
+	a2 := cm("a", "2")
+	a2.ResourceVersion = "200"
+	if _, err := a.cs.CoreV1().ConfigMaps("ns").Update(context.Background(), a2, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the informer has the change", func() error {
+		if got := h.configMaps()["ns/a"]; got != "2" {
+			return fmt.Errorf("informer holds %q", got)
+		}
+		return nil
+	})
+	h.stop()
+	if !h.d.Wait(5 * time.Second) {
+		t.Fatal("the checkpoint writers did not finish within 5s of the stop")
+	}
+	got, _, rv, err := checkpointConfigMaps(dir)
+	if err != nil {
+		t.Fatalf("no checkpoint after the stop: %v", err)
+	}
+	if want := map[string]string{"ns/a": "2"}; !reflect.DeepEqual(got, want) || rv != "200" {
+		t.Fatalf("after the stop the checkpoint holds %v at resourceVersion %q, want %v at 200", got, rv, want)
 	}
 }

@@ -46,6 +46,7 @@ func (d *Dir) Objects(ctx context.Context, name string, newList func() runtime.O
 	} else if !errors.Is(err, os.ErrNotExist) {
 		d.log.WithError(err).WithField("file", o.file).Warn("checkpoint unreadable; starting empty")
 	}
+	d.writers.Add(1)
 	go o.run(ctx)
 	return o
 }
@@ -112,20 +113,31 @@ func (o *Objects) poke() {
 }
 
 func (o *Objects) run(ctx context.Context) {
+	defer o.d.writers.Done()
+	flush := func() {
+		if err := o.Flush(); err != nil {
+			o.d.log.WithError(err).WithField("kind", o.name).Warn("write checkpoint")
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
+			// A change poked but not picked up yet is written before the host exits.
+			select {
+			case <-o.dirty:
+				flush()
+			default:
+			}
 			return
 		case <-o.dirty:
 		}
 		select {
 		case <-ctx.Done():
+			flush()
 			return
 		case <-time.After(o.d.Debounce):
 		}
-		if err := o.Flush(); err != nil {
-			o.d.log.WithError(err).WithField("kind", o.name).Warn("write checkpoint")
-		}
+		flush()
 	}
 }
 
