@@ -23,6 +23,7 @@ import (
 	stdlog "log"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,7 +132,55 @@ func Run(ctx context.Context, client kubernetes.Interface, cfg Config) error {
 		_, httpsPort, _ = net.SplitHostPort(httpsL.Addr().String())
 	}
 	c := newController(client, cfg, NewServer(httpsPort, cfg.Log))
+	if err := removeDrainTable(0, listenerPort(httpL)); err != nil {
+		// Only a crash in the middle of a drain leaves the table; one that cannot be removed
+		// refuses new connections to these ports.
+		c.log.WithError(err).Debug("remove a drain table left by an earlier run")
+	}
 	return c.run(ctx, httpL, httpsL)
+}
+
+func listenerPort(l net.Listener) int {
+	if a, ok := l.Addr().(*net.TCPAddr); ok {
+		return a.Port
+	}
+	return 0
+}
+
+// drain refuses new connections to the listeners' ports and waits (at most timeout) until
+// the servers accepted what the kernel had queued; it returns the function that removes
+// the refusal, to call once the listeners are closed.
+func (c *controller) drain(timeout time.Duration, ls ...net.Listener) func() {
+	var ports []int
+	var addr netip.Addr
+	for _, l := range ls {
+		if l == nil {
+			continue
+		}
+		if a, ok := l.Addr().(*net.TCPAddr); ok {
+			ports = append(ports, a.Port)
+			addr, _ = netip.AddrFromSlice(a.IP)
+			addr = addr.Unmap()
+		}
+	}
+	if len(ports) == 0 {
+		return func() {}
+	}
+	if err := refuseNewConnections(0, addr, ports); err != nil {
+		c.log.WithError(err).Warn("ingress: cannot refuse new connections before closing: connections the kernel queued meanwhile are reset")
+		return func() {}
+	}
+	start := time.Now()
+	if err := waitAccepted(start.Add(timeout), ls...); err != nil {
+		c.log.WithError(err).Warn("ingress: closing with connections still queued")
+	}
+	c.log.WithField("took", time.Since(start).Round(time.Millisecond)).Info("ingress proxy draining: new connections refused, queued ones accepted")
+	return func() {
+		if err := removeDrainTable(0, ports[0]); err != nil {
+			c.log.WithError(err).Warn("ingress: the table refusing new connections stays until the next start")
+		}
+		c.log.Info("ingress proxy stopped")
+	}
 }
 
 type controller struct {
@@ -346,11 +395,13 @@ loop:
 			c.rebuild()
 		}
 	}
+	undrain := c.drain(2*time.Second, httpL, httpsL)
 	shutCtx, shutCancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer shutCancel()
 	for _, s := range servers {
 		_ = s.Shutdown(shutCtx)
 	}
+	undrain()
 	c.queue.ShutDown()
 	wg.Wait()
 	c.srv.transport.CloseIdleConnections()

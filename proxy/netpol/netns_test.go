@@ -6,13 +6,11 @@ import (
 	"math/rand"
 	"net"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -27,24 +25,7 @@ func newNetns(t testing.TB, name string)     { t.Helper(); netnstest.New(t, name
 
 // inNetns runs fn on a thread switched into the namespace at path; sockets created there
 // stay in it. The thread is discarded afterwards rather than switched back.
-func inNetns(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the runtime ends the thread with the goroutine
-		target, err := netns.GetFromPath(path)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			errc <- err
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
+func inNetns(path string, fn func() error) error { return netnstest.In(path, fn) }
 
 // site is two hosts, each a network namespace with a bridge its pods' namespaces hang on,
 // joined by a link and routes, as flotilla's pod network joins hosts:

@@ -4,8 +4,11 @@ package netnstest
 import (
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/vishvananda/netns"
 
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
@@ -49,4 +52,26 @@ func New(t testing.TB, name string) {
 	Sh(t, "ip", "netns", "add", name)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
 	Sh(t, "ip", "-n", name, "link", "set", "lo", "up")
+}
+
+// In runs fn on a thread of its own switched into the network namespace at path
+// (/run/netns/<name>); sockets fn makes stay in that namespace. The thread is never switched
+// back: the runtime ends it with its goroutine.
+func In(path string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		target, err := netns.GetFromPath(path)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer target.Close()
+		if err := netns.Set(target); err != nil {
+			errc <- err
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
 }
