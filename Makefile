@@ -19,7 +19,7 @@ KUBE_LDFLAGS := $(foreach p,k8s.io/client-go/pkg/version k8s.io/component-base/v
 	-X $(p).gitCommit=$(COMMIT) -X $(p).gitTreeState=clean)
 LDFLAGS := -s -w $(KUBE_LDFLAGS) -X main.flotillaVersion=$(VERSION)
 
-GO_TEST_TIMEOUT ?= 35m
+GO_TEST_TIMEOUT ?= 50m
 
 .PHONY: all deps build kubectl images generate verify-generate test unit-test lint demo demo-down bench bench-api bench-scheduler bench-proxy bench-e2e bench-robustness bench-endurance bench-policies bench-fleet clean
 

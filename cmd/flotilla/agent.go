@@ -29,6 +29,14 @@ func newAgentCommand() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if c.DataDir != "" {
+				// DIR/agent.pid lets `flotilla uninstall` and `flotilla status` find this agent.
+				removePID, err := host.WritePIDFile(c.DataDir)
+				if err != nil {
+					return err
+				}
+				defer removePID()
+			}
 			h, err := host.Start(ctx, c)
 			if err != nil {
 				return err
@@ -120,5 +128,7 @@ func newAgentCommand() *cobra.Command {
 	f.StringVar(&c.ProxyMode, "proxy-mode", c.ProxyMode, "Service dataplane: auto (ipvs when the kernel has it, else nftables), ipvs or nftables")
 	f.IntVar(&c.IngressHTTPPort, "ingress-http-port", c.IngressHTTPPort, "port of the Ingress proxy (HTTP)")
 	f.IntVar(&c.IngressHTTPSPort, "ingress-https-port", c.IngressHTTPSPort, "port of the Ingress proxy (HTTPS); 0 disables it")
+	f.StringVar(&c.SnapshotSchedule, "snapshot-schedule", c.SnapshotSchedule, "cron expression (5 fields: minute hour day-of-month month day-of-week, UTC; or @daily, @every 6h) at which this server host saves a snapshot (as flotilla snapshot save) to <data-dir>/snapshots; empty: none")
+	f.IntVar(&c.SnapshotRetention, "snapshot-retention", c.SnapshotRetention, "scheduled snapshots kept in <data-dir>/snapshots, the newest (at least 1)")
 	return cmd
 }

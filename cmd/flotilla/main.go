@@ -23,7 +23,7 @@ func main() {
 	}
 	root.PersistentFlags().StringVar(&logCfg.Level, "log-level", logCfg.Level, "least severe log level shown: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&logCfg.Format, "log-format", logCfg.Format, "log format: text, or json (one object per line)")
-	root.AddCommand(newAgentCommand(), newDevCommand(), newVersionCommand(), newImageCommand(), newLoggerCommand(), newResetCommand(), newPlanCommand(), newKubeconfigCommand(), newHostCommand(), newTokenCommand(), newPolicyCommand(), newFleetCommand())
+	root.AddCommand(newAgentCommand(), newDevCommand(), newVersionCommand(), newImageCommand(), newLoggerCommand(), newResetCommand(), newInstallCommand(), newStatusCommand(), newUninstallCommand(), newPlanCommand(), newKubeconfigCommand(), newHostCommand(), newTokenCommand(), newPolicyCommand(), newFleetCommand(), newSnapshotCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)

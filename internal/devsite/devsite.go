@@ -75,6 +75,8 @@ type Host struct {
 	args   []string
 	// pid is the agent's process, also for a site loaded from its state file.
 	pid int
+	// bin replaces Options.Bin for this host's next starts (UseBinary).
+	bin string
 }
 
 // Preflight reports what the machine lacks for a site: root, ip (iproute2), nsenter
@@ -166,10 +168,11 @@ func (s *Site) Close() {
 	}
 	for _, h := range s.Hosts {
 		// Containers outlive their agent on purpose (edge autonomy); remove them, their
-		// containerd and their mounts before the namespace goes.
+		// containerd and their mounts before the namespace goes. Reset runs in the host's
+		// network namespace, where it also removes the bridge, routes and nftables tables.
 		if s.opts.Bin == "" {
 			fmt.Fprintf(os.Stderr, "devsite: %s: containers not removed, no flotilla binary (Options.Bin) to run reset with; run `flotilla reset --data-dir %s --name %s`\n", h.Name, h.DataDir, h.Name)
-		} else if out, err := exec.Command(s.opts.Bin, "reset", "--data-dir", h.DataDir, "--name", h.Name).CombinedOutput(); err != nil {
+		} else if out, err := resetCommand(s.opts.Bin, h).CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "devsite: %s reset --data-dir %s --name %s: %v\n%s", s.opts.Bin, h.DataDir, h.Name, err, out)
 		}
 		_ = run("ip", "netns", "del", h.NetNS)
@@ -184,6 +187,16 @@ func (s *Site) Close() {
 		_ = run("ip", "route", "del", "blackhole", cidr)
 	}
 	s.Hosts, s.routes = nil, nil
+}
+
+// resetCommand runs `flotilla reset` for h in its network namespace, or, when that is gone,
+// without touching any network.
+func resetCommand(bin string, h *Host) *exec.Cmd {
+	args := []string{"reset", "--data-dir", h.DataDir, "--name", h.Name}
+	if _, err := os.Stat("/run/netns/" + h.NetNS); err != nil {
+		return exec.Command(bin, append(args, "--network=false")...)
+	}
+	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + h.NetNS, bin}, args...)...)
 }
 
 // GossipAddr is host:port of a host's gossip listener.
@@ -230,7 +243,11 @@ func (h *Host) startWith(args []string) error {
 		return err
 	}
 	fmt.Fprintf(logf, "\n==== %s start: %v\n", time.Now().Format(time.RFC3339), args)
-	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + h.NetNS, h.site.opts.Bin}, args...)...)
+	bin := h.site.opts.Bin
+	if h.bin != "" {
+		bin = h.bin
+	}
+	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + h.NetNS, bin}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if h.site.opts.Detach {
@@ -245,6 +262,14 @@ func (h *Host) startWith(args []string) error {
 	done := h.exited
 	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
 	return nil
+}
+
+// UseBinary makes the host's next starts run bin instead of the site's binary, as an
+// upgrade replaces the binary of one host at a time.
+func (h *Host) UseBinary(bin string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.bin = bin
 }
 
 // Restart starts the agent again with the arguments of its last start.

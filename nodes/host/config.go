@@ -17,6 +17,7 @@ import (
 	"github.com/flotilla-dev/flotilla/gitsync"
 	"github.com/flotilla-dev/flotilla/nodes/agent"
 	"github.com/flotilla-dev/flotilla/nodes/runtime"
+	"github.com/flotilla-dev/flotilla/nodes/snapshot"
 	"github.com/flotilla-dev/flotilla/policies"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
@@ -171,6 +172,11 @@ type Config struct {
 	// port serves it too), with WebhookTLSCertFile/KeyFile or else the API's certificate.
 	WebhookPort                           int
 	WebhookTLSCertFile, WebhookTLSKeyFile string
+	// SnapshotSchedule is a cron expression (5 fields, UTC) at which this server host saves an
+	// etcd snapshot (nodes/snapshot) to <data-dir>/snapshots, keeping the newest
+	// SnapshotRetention; empty: none.
+	SnapshotSchedule  string
+	SnapshotRetention int
 }
 
 // DefaultConfig returns the defaults of `flotilla agent`.
@@ -188,6 +194,7 @@ func DefaultConfig() Config {
 		ContainerLogMaxSize: 10 << 20, ContainerLogMaxFiles: 5,
 		ImageGCHighThresholdPercent: 85, ImageGCLowThresholdPercent: 80, ImageMinimumGCAge: 2 * time.Minute,
 		EvictionHard: agent.DefaultEvictionHard, EvictionPressureTransition: 5 * time.Minute,
+		SnapshotRetention: 5,
 	}
 }
 
@@ -358,6 +365,9 @@ func (c *Config) Complete() (validation.Options, error) {
 	if c.ShutdownTimeout < time.Second {
 		return vopts, fmt.Errorf("--shutdown-timeout %s is too short: give a clean shutdown at least 1s", c.ShutdownTimeout)
 	}
+	if err := c.completeSnapshots(); err != nil {
+		return vopts, err
+	}
 	if err := c.completeWebhook(); err != nil {
 		return vopts, err
 	}
@@ -377,6 +387,23 @@ func (c *Config) Complete() (validation.Options, error) {
 		return vopts, fmt.Errorf("--cluster-signing-duration %s is too short: certificates are issued for at least %s", c.ClusterSigningDuration, csrsigning.MinDuration)
 	}
 	return vopts, nil
+}
+
+// completeSnapshots checks --snapshot-schedule and --snapshot-retention.
+func (c *Config) completeSnapshots() error {
+	if c.SnapshotRetention < 1 {
+		return fmt.Errorf("--snapshot-retention %d: keep at least 1 snapshot (default 5)", c.SnapshotRetention)
+	}
+	if c.SnapshotSchedule == "" {
+		return nil
+	}
+	if !c.Etcd {
+		return errors.New("--snapshot-schedule is set on a worker (--etcd=false), which holds no etcd and no site CA: set it on a server host")
+	}
+	if _, err := snapshot.ParseSchedule(c.SnapshotSchedule); err != nil {
+		return fmt.Errorf("--snapshot-schedule %w", err)
+	}
+	return nil
 }
 
 // completeEviction parses the eviction thresholds and the reservations.

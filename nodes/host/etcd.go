@@ -255,9 +255,11 @@ func (h *Host) startEtcd() error {
 	if h.member != nil {
 		ctx, cancel := context.WithTimeout(h.runCtx, 3*time.Minute)
 		defer cancel()
-		return h.member.WaitVoter(ctx, cli)
+		if err := h.member.WaitVoter(ctx, cli); err != nil {
+			return err
+		}
 	}
-	return nil
+	return h.checkStorageFormat()
 }
 
 // runEtcdMembership keeps the site's etcd membership in shape from a voter, or waits as a

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -73,7 +74,11 @@ type Host struct {
 	// api
 	server     *apiserver.Server
 	apiStopped chan struct{}
-	apiErr     error
+	// ingressDone is closed when the Ingress proxy has stopped: Close waits for the requests
+	// it was serving (a rolling restart drops none).
+	ingressDone    chan struct{}
+	ingressStarted atomic.Bool
+	apiErr         error
 	// apiClient is the API server's own (loopback) client, for what the API server keeps
 	// up itself: readiness, the kubernetes and kube-dns Services, the IngressClass.
 	apiClient kubernetes.Interface
@@ -116,7 +121,7 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{cfg: cfg, vopts: vopts, errc: make(chan error, 1), promoted: make(chan *etcd.Member, 1),
-		apiStopped: make(chan struct{}), joinErr: make(chan error, 1)}
+		apiStopped: make(chan struct{}), ingressDone: make(chan struct{}), joinErr: make(chan error, 1)}
 	h.log = logrus.WithField("host", cfg.Name)
 	h.runCtx, h.cancel = context.WithCancel(ctx)
 	run := func(phases ...phase) error {
@@ -159,6 +164,7 @@ func Start(ctx context.Context, cfg Config) (*Host, error) {
 		return nil, err
 	}
 	go h.supervise()
+	h.startSnapshots()
 	return h, nil
 }
 
@@ -246,6 +252,16 @@ func (h *Host) Close() {
 		}
 		if h.gossip != nil {
 			_ = h.gossip.Leave(300 * time.Millisecond)
+		}
+		if h.checkpoints != nil && !h.checkpoints.Wait(timeout/3) {
+			h.log.Warn("checkpoints still being written; exiting anyway")
+		}
+		if h.ingressStarted.Load() {
+			select {
+			case <-h.ingressDone:
+			case <-time.After(timeout / 3):
+				h.log.Warn("the Ingress proxy still has requests in flight; exiting anyway")
+			}
 		}
 	})
 }

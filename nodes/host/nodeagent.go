@@ -14,7 +14,6 @@ import (
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/component-base/version"
 
 	"github.com/flotilla-dev/flotilla/nodes/agent"
 	"github.com/flotilla-dev/flotilla/nodes/network"
@@ -31,7 +30,7 @@ func (h *Host) startNodeAgent() error {
 	c := h.cfg
 	node := agent.NodeConfig{
 		Name: c.Name, Address: c.AdvertiseAddress, Labels: c.NodeLabels, DataDir: h.dataDir,
-		KubeletVersion: version.Get().GitVersion, NoPods: !c.Pods,
+		KubeletVersion: nodeVersion(), NoPods: !c.Pods,
 		// Gossip tells the node lifecycle controller that this host is alive; the Lease
 		// says that it still reaches the API, and is renewed with the status report.
 		LeaseRenewInterval: agent.GossipLeaseRenewInterval, LeaseDuration: agent.GossipLeaseDuration,
@@ -187,7 +186,9 @@ func (h *Host) startProxy() error {
 			log.WithError(err).Error("cluster DNS stopped")
 		}
 	}()
+	h.ingressStarted.Store(true)
 	go func() {
+		defer close(h.ingressDone)
 		httpsAddr := ""
 		if c.IngressHTTPSPort > 0 {
 			httpsAddr = net.JoinHostPort(c.ListenAddress, strconv.Itoa(c.IngressHTTPSPort))

@@ -19,9 +19,16 @@ import (
 )
 
 // Reset removes what a stopped host leaves running on purpose (its containers keep running
-// across agent restarts): containers, containerd, pod sandboxes, mounts and cgroups. The
-// agent of dataDir must be stopped; name is the host name it ran as.
+// across agent restarts): containers, containerd, pod sandboxes, mounts and cgroups, and what
+// it programmed into the current network namespace (ResetNetwork: the bridge, its routes,
+// the nftables tables, IPVS). The agent of dataDir must be stopped; name is the host name it
+// ran as. Every step runs whatever the others did; running it again is harmless.
 func Reset(ctx context.Context, dataDir, name string) error {
+	return ResetOnly(ctx, dataDir, name, true)
+}
+
+// ResetOnly is Reset, leaving the network namespace alone unless network is set.
+func ResetOnly(ctx context.Context, dataDir, name string, network bool) error {
 	log := logrus.WithField("host", name)
 	var errs []error
 	if _, err := os.Stat(filepath.Join(dataDir, "containerd")); err == nil {
@@ -50,6 +57,12 @@ func Reset(ctx context.Context, dataDir, name string) error {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	// After the pods: their namespaces are gone, and with them most veths.
+	if network {
+		if err := ResetNetwork(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
