@@ -22,11 +22,18 @@ func WritePIDFile(dataDir string) (func(), error) {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	pid := os.Getpid()
+	path := filepath.Join(dataDir, PIDFileName)
+	if other, ostart, err := readPIDFile(path); err == nil && other != pid {
+		if s, err := procStartTime(other); err == nil && s == ostart {
+			if _, ok := agentArgs(other); ok {
+				return nil, fmt.Errorf("another agent (pid %d) runs on the data directory %s: stop it first (two agents on one data directory would share its etcd and containerd)", other, dataDir)
+			}
+		}
+	}
 	start, err := procStartTime(pid)
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(dataDir, PIDFileName)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, fmt.Appendf(nil, "%d %d\n", pid, start), 0o600); err != nil {
 		return nil, fmt.Errorf("write %s: %w", path, err)

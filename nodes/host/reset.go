@@ -70,13 +70,28 @@ func ResetOnly(ctx context.Context, dataDir, name string, network bool) error {
 // unmountUnder detaches every mount below dir (pod network namespaces, memory emptyDirs),
 // deepest first.
 func unmountUnder(dir string) error {
-	abs, err := filepath.Abs(dir)
+	points, err := MountsUnder(dir)
 	if err != nil {
 		return err
 	}
+	var errs []error
+	for _, p := range points {
+		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// MountsUnder lists the mount points below dir, deepest first.
+func MountsUnder(dir string) ([]string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer f.Close()
 	var points []string
@@ -92,13 +107,7 @@ func unmountUnder(dir string) error {
 		}
 	}
 	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-	var errs []error
-	for _, p := range points {
-		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
-		}
-	}
-	return errors.Join(errs...)
+	return points, s.Err()
 }
 
 // removeCgroups removes the (now empty) cgroup directories of parent in every hierarchy and

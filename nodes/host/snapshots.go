@@ -6,7 +6,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/flotilla-dev/flotilla/gitsync"
 	"github.com/flotilla-dev/flotilla/nodes/snapshot"
 )
 
@@ -26,7 +25,7 @@ func (h *Host) startSnapshots() {
 		Schedule: sched, Retention: h.cfg.SnapshotRetention, Dir: filepath.Join(h.dataDir, "snapshots"),
 		Log: h.log.WithFields(logrus.Fields{"component": "snapshot"}),
 		Save: func(ctx context.Context, out string) (*snapshot.Manifest, error) {
-			o := snapshot.SaveOptions{DataDir: h.dataDir, Out: out, Host: h.cfg.Name, Version: gitsync.Version, Token: h.token.String()}
+			o := snapshot.SaveOptions{DataDir: h.dataDir, Out: out, Host: h.cfg.Name, Version: Version, Token: h.token.String()}
 			if h.etcdMember() != nil {
 				o.Endpoint = h.clientURL.String()
 			}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -124,5 +125,54 @@ func TestFormatAligns(t *testing.T) {
 	want := "host:      h1\nleader of: controllers\n"
 	if got != want {
 		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+// TestDataDirWithMountsIsKept: a mount the reset could not detach (it may bind the host's own
+// files into a container) keeps the data directory; once it is gone the directory goes.
+func TestDataDirWithMountsIsKept(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("mounting a tmpfs needs root")
+		}
+		t.Skip("mounting a tmpfs needs root")
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	mnt := filepath.Join(dir, "containerd", "bind")
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cluster.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	mounted := true
+	t.Cleanup(func() {
+		if mounted {
+			_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
+		}
+	})
+	keep := filepath.Join(mnt, "host-file")
+	if err := os.WriteFile(keep, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := removeDataDir(dir)
+	if err == nil || !strings.Contains(err.Error(), "mounts remain") {
+		t.Fatalf("removeDataDir with a mount below it: %v, want a refusal", err)
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Fatalf("a file behind the mount is gone: %v", err)
+	}
+	if err := syscall.Unmount(mnt, 0); err != nil {
+		t.Fatal(err)
+	}
+	mounted = false
+	if err := removeDataDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("data directory still there: %v", err)
 	}
 }

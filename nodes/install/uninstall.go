@@ -119,6 +119,11 @@ func removeDataDir(dir string) error {
 	if err := checkDataDir(dir); err != nil {
 		return err
 	}
+	// A mount left below it (one the reset could not detach) may be a bind of the host's own
+	// files into a container: removing through it would delete them.
+	if mounts, err := host.MountsUnder(dir); err != nil || len(mounts) > 0 {
+		return fmt.Errorf("the data directory %s was kept: mounts remain below it (%v, %v); unmount them and run uninstall again", dir, mounts, err)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove the data directory: %w", err)
 	}

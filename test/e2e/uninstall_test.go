@@ -87,6 +87,13 @@ func TestUninstallLeavesNothing(t *testing.T) {
 			strings.HasPrefix(status["agent"], fmt.Sprintf("running (pid %d)", h1.PID())), fmt.Sprint(string(out), err)
 	})
 	t.Logf("flotilla status:\n%s", formatKV(status))
+	// A second agent on a data directory in use is refused before it touches anything.
+	second, cancelSecond := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelSecond()
+	if out, err := exec.CommandContext(second, "nsenter", "--net=/run/netns/"+h1.NetNS, bin, "agent", "--data-dir", h1.DataDir, "--name", h1.Name,
+		"--listen-address", h1.IP).CombinedOutput(); err == nil || !strings.Contains(string(out), fmt.Sprintf("another agent (pid %d) runs on the data directory", h1.PID())) {
+		t.Fatalf("a second agent on %s: %v\n%s\nwant it refused, naming pid %d", h1.DataDir, err, out, h1.PID())
+	}
 
 	// Uninstall host-2 in its namespace, where the unit would run it.
 	out, err = flotillaInNetNS(h2, bin, "uninstall", "--data-dir", h2.DataDir, "--name", h2.Name, "--unit-dir", unitDir)
