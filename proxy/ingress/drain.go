@@ -1,11 +1,14 @@
 package ingress
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -144,4 +147,54 @@ func waitAccepted(deadline time.Time, ls ...net.Listener) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// countConns is a ConnState hook keeping n at the number of the server's open connections.
+func countConns(n *atomic.Int64) func(net.Conn, http.ConnState) {
+	return func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			n.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			n.Add(-1)
+		}
+	}
+}
+
+// closeServers closes the servers once their connections are done, at most timeout later,
+// and returns how many were still open then. net/http's Shutdown does not do it alone: a
+// request it reads after Shutdown began is dropped unanswered (the connection just closes),
+// which a client that had connected a moment before sees as an EOF. So keep-alives are
+// turned off first (idle connections close now, busy ones after their answer, and a
+// connection accepted but not read yet is still answered), the listeners are closed, and
+// Shutdown comes only once no connection is left (or at the timeout: what remains is cut).
+func closeServers(servers []*http.Server, open []*atomic.Int64, timeout time.Duration, ls ...net.Listener) int64 {
+	deadline := time.Now().Add(timeout)
+	for _, l := range ls {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
+	var busy int64
+	for {
+		busy = 0
+		for _, s := range servers {
+			// Closes the connections that became idle since the last round (an HTTP/2
+			// one is idle between its streams).
+			s.SetKeepAlivesEnabled(false)
+		}
+		for _, n := range open {
+			busy += n.Load()
+		}
+		if busy == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, s := range servers {
+		_ = s.Shutdown(ctx)
+	}
+	return busy
 }

@@ -1,12 +1,16 @@
 package ingress
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand"
 	"net"
+	"net/http"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -113,6 +117,71 @@ func waitQueue(t *testing.T, l net.Listener, want int) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("accept queue: %d, want %d", n, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestCloseServersAnswersAcceptedConnections: a client that connected just before the proxy
+// began closing and sends its request only then still gets its answer (net/http's Shutdown
+// alone drops such a request: the client sees EOF), and keep-alive is over for it.
+func TestCloseServersAnswersAcceptedConnections(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := new(atomic.Int64)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "hello") }),
+		ConnState: countConns(open)}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+
+	conn, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitUntil(t, "the server to accept the connection", func() bool { return open.Load() == 1 })
+
+	closed := make(chan int64, 1)
+	go func() { closed <- closeServers([]*http.Server{srv}, []*atomic.Int64{open}, 10*time.Second, l) }()
+	waitUntil(t, "the listener to close", func() bool {
+		c, err := net.DialTimeout("tcp", l.Addr().String(), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("a request sent on a connection accepted before closing began: %v (want its answer)", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(body) != "hello" || !resp.Close {
+		t.Fatalf("answer %d %q, Connection: close %v; want 200 \"hello\" and the connection closed after it", resp.StatusCode, body, resp.Close)
+	}
+	select {
+	case busy := <-closed:
+		if busy != 0 {
+			t.Fatalf("closeServers returned with %d connections open", busy)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("closeServers did not return once the connection was done")
+	}
+	if err := <-served; err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
+		t.Fatalf("Serve: %v", err)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

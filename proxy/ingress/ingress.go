@@ -345,16 +345,20 @@ func (c *controller) run(ctx context.Context, httpL, httpsL net.Listener) error 
 		} else {
 			err = srv.Serve(l)
 		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		// closeServers closes the listeners itself (net.ErrClosed) before Shutdown.
+		if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			errc <- fmt.Errorf("ingress server on %s: %w", l.Addr(), err)
 		}
 	}
 	// net/http reports client mistakes (TLS handshakes for unknown names, bad requests) there.
 	errLog := c.log.WriterLevel(logrus.DebugLevel)
 	defer errLog.Close()
+	var open []*atomic.Int64 // each server's open connections
 	newSrv := func(tlsOn bool) *http.Server {
+		n := new(atomic.Int64)
+		open = append(open, n)
 		s := &http.Server{Handler: c.srv.Handler(tlsOn), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-			ErrorLog: stdlog.New(errLog, "", 0)}
+			ErrorLog: stdlog.New(errLog, "", 0), ConnState: countConns(n)}
 		if tlsOn {
 			s.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: c.srv.GetCertificate, NextProtos: []string{"h2", "http/1.1"}}
 		}
@@ -396,10 +400,8 @@ loop:
 		}
 	}
 	undrain := c.drain(2*time.Second, httpL, httpsL)
-	shutCtx, shutCancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer shutCancel()
-	for _, s := range servers {
-		_ = s.Shutdown(shutCtx)
+	if busy := closeServers(servers, open, 5*time.Second, httpL, httpsL); busy > 0 {
+		c.log.WithField("connections", busy).Warn("ingress: closing connections still busy after 5s")
 	}
 	undrain()
 	c.queue.ShutDown()
