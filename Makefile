@@ -21,6 +21,9 @@ LDFLAGS := -s -w $(KUBE_LDFLAGS) -X main.flotillaVersion=$(VERSION)
 
 GO_TEST_TIMEOUT ?= 50m
 
+# BENCHRUN runs a benchmark command printing only its figures and failures (no component logs).
+BENCHRUN := $(CURDIR)/hack/bench-run.sh
+
 .PHONY: all deps build kubectl images generate verify-generate test unit-test lint demo demo-down bench bench-api bench-scheduler bench-proxy bench-e2e bench-robustness bench-endurance bench-policies bench-fleet clean
 
 all: build
@@ -80,14 +83,25 @@ demo-down:
 ## bench: measurements that are too slow for `make test`; prints figures.
 bench: deps build kubectl bench-api bench-scheduler bench-proxy bench-e2e bench-robustness bench-endurance bench-policies bench-fleet
 
-bench-api: deps build kubectl
-	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl \
-		$(GO) test -run '^$$' -bench . -skip BenchmarkPolicyWriteLatency -benchtime 200x -timeout 30m ./test/api/... ./reconciler/...
+## bench-api: API round trips on one agent (ConfigMap create and get, Service create), a new
+## CRD to its first custom resource, RBAC authorization, and ConfigMap create p50/p99 on a
+## 3-host site (etcd with 3 voters) as the admin and as an RBAC-authorized user
+## (FLOTILLA_BENCH_WRITES, default 600).
+bench-api: deps build kubectl images
+	@FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl $(BENCHRUN) \
+		$(GO) test -run '^$$' -bench 'BenchmarkAPI$$' -benchtime 200x -timeout 20m ./test/api/
+	@FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl $(BENCHRUN) \
+		$(GO) test -run '^$$' -bench BenchmarkCRDToFirstCustomResource -benchtime 1x -timeout 20m ./test/api/
+	@$(BENCHRUN) $(GO) test -run '^$$' -bench . -timeout 20m ./reconciler/...
+	@FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl FLOTILLA_IMAGES=$(BIN)/images $(BENCHRUN) \
+		$(GO) test -run '^$$' -bench BenchmarkMutatingAPI -benchtime 1x -timeout 30m ./test/e2e/
 
-## bench-scheduler: N Node objects and M pods at once against a real agent (pods/s).
-bench-scheduler: deps build
-	FLOTILLA_BIN=$(BIN)/flotilla FLOTILLA_BENCH_NODES=$${FLOTILLA_BENCH_NODES:-1000} \
-		FLOTILLA_BENCH_PODS=$${FLOTILLA_BENCH_PODS:-10000} \
+## bench-scheduler: FLOTILLA_BENCH_NODES Node objects (1,000) and FLOTILLA_BENCH_PODS pods
+## (10,000) against one agent and a 3-host site: create-to-bound pods/s and creates/s (burst),
+## committed bindings/s with the pods already pending (backlog).
+bench-scheduler: deps build kubectl
+	@FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl FLOTILLA_BENCH_NODES=$${FLOTILLA_BENCH_NODES:-1000} \
+		FLOTILLA_BENCH_PODS=$${FLOTILLA_BENCH_PODS:-10000} $(BENCHRUN) \
 		$(GO) test -run '^$$' -bench BenchmarkScheduler -benchtime 1x -timeout 30m ./test/scheduler/
 
 ## bench-proxy: nftables full sync and single-Service update (1,000 and 10,000 Services x 10
@@ -99,41 +113,41 @@ bench-proxy: deps build
 	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench . -timeout 10m ./proxy/dns/ ./proxy/ingress/
 
 ## bench-e2e: a 3-host site: git commit -> new version answering through every ingress, and
-## the memory of each host with 50 pods on it (FLOTILLA_BENCH_PODS_PER_HOST, FLOTILLA_BENCH_ROUNDS);
-## write latency p99 as the admin and as an RBAC-authorized user (FLOTILLA_BENCH_WRITES).
+## the memory (RSS) of each host's agent, containerd and shims with 50 pods on it
+## (FLOTILLA_BENCH_PODS_PER_HOST, FLOTILLA_BENCH_ROUNDS).
 bench-e2e: deps build kubectl images
-	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl FLOTILLA_IMAGES=$(BIN)/images \
-		$(GO) test -run '^$$' -bench 'BenchmarkGitOps|BenchmarkMutatingAPI' -benchtime 1x -timeout 40m ./test/e2e/
+	@FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl FLOTILLA_IMAGES=$(BIN)/images $(BENCHRUN) \
+		$(GO) test -run '^$$' -bench 'BenchmarkGitOps' -benchtime 1x -timeout 40m ./test/e2e/
 
 ## bench-robustness: a 3-host site under faults (partitions, kill -9 of voters) for
 ## FLOTILLA_LINEARIZABILITY_DURATION (default 10m) while clients on every host create, update,
 ## read and delete ConfigMaps; prints operations, faults, linearizability violations (must be 0)
 ## and the p99 latency of acknowledged writes.
 bench-robustness: deps build kubectl
-	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl \
-		FLOTILLA_LINEARIZABILITY_DURATION=$${FLOTILLA_LINEARIZABILITY_DURATION:-10m} \
+	@FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl \
+		FLOTILLA_LINEARIZABILITY_DURATION=$${FLOTILLA_LINEARIZABILITY_DURATION:-10m} $(BENCHRUN) \
 		$(GO) test -run '^$$' -bench BenchmarkLinearizability -benchtime 1x -timeout 40m ./test/e2e/
 
 ## bench-endurance: the disk write budget of an idle 3-host site running 20 pods: bytes each host
 ## (agent with etcd, containerd, shims) sends to storage per second and per idle hour over
 ## FLOTILLA_ENDURANCE_WINDOW (default 10m), and which etcd keys were written.
 bench-endurance: deps build kubectl images
-	FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl FLOTILLA_IMAGES=$(BIN)/images \
-		FLOTILLA_ENDURANCE_WINDOW=$${FLOTILLA_ENDURANCE_WINDOW:-10m} \
+	@FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl FLOTILLA_IMAGES=$(BIN)/images \
+		FLOTILLA_ENDURANCE_WINDOW=$${FLOTILLA_ENDURANCE_WINDOW:-10m} $(BENCHRUN) \
 		$(GO) test -run '^$$' -bench BenchmarkIdleWrites -benchtime 1x -timeout 40m ./test/e2e/
 
 ## bench-policies: API write latency (p50, p99) of Deployment creates without admission policies
 ## and with the restricted library set, alternating (ABBA rounds; FLOTILLA_BENCH_WRITES per round, default 500, FLOTILLA_BENCH_PAIRS rounds per side, default 3);
 ## the offline plan of a 2,001-object revision without and with the set, and the evaluation alone.
 bench-policies: deps build
-	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench BenchmarkPolicyWriteLatency -benchtime 1x -timeout 20m ./test/api/
-	$(GO) test -run '^$$' -bench BenchmarkPlanOfflinePolicies -benchtime 1x -timeout 20m ./gitsync/
+	@FLOTILLA_BIN=$(BIN)/flotilla $(BENCHRUN) $(GO) test -run '^$$' -bench BenchmarkPolicyWriteLatency -benchtime 1x -timeout 20m ./test/api/
+	@$(BENCHRUN) $(GO) test -run '^$$' -bench BenchmarkPlanOfflinePolicies -benchtime 1x -timeout 20m ./gitsync/
 
 ## bench-fleet: 100 sites push their fleet status to one bare repository at once (file://, the
 ## git binary's receive-pack), 5 rounds: reports lost (must be 0), the time of the writes of a
 ## round and of one read of the 100 statuses, and the pushes retried.
 bench-fleet: deps
-	$(GO) test -run '^$$' -bench BenchmarkFleetStatus100Sites -benchtime 5x -timeout 10m ./fleet/
+	@$(BENCHRUN) $(GO) test -run '^$$' -bench BenchmarkFleetStatus100Sites -benchtime 5x -timeout 10m ./fleet/
 
 clean:
 	rm -rf $(BIN)

@@ -82,7 +82,7 @@ func BenchmarkPlanOfflinePolicies(b *testing.B) {
 			}
 		}
 		per := took / time.Duration(b.N)
-		fmt.Printf("restricted policy set evaluated on 2,001 objects (engine start included): %s, %s per object\n",
+		b.Logf("restricted policy set evaluated on 2,001 objects (engine start included): %s, %s per object",
 			per.Round(time.Millisecond), (per / 2001).Round(time.Microsecond))
 		b.ReportMetric(per.Seconds(), "s/evaluation")
 	})
@@ -106,7 +106,7 @@ func BenchmarkPlanOfflinePolicies(b *testing.B) {
 				}
 			}
 			per := took / time.Duration(b.N)
-			fmt.Printf("offline plan of 2,001 objects, policy set %s: %s per plan\n", set, per.Round(time.Millisecond))
+			b.Logf("offline plan of 2,001 objects, policy set %s: %s per plan", set, per.Round(time.Millisecond))
 			b.ReportMetric(per.Seconds(), "s/plan")
 		})
 	}

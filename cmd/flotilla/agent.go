@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -36,6 +37,9 @@ func newAgentCommand() *cobra.Command {
 					return err
 				}
 				defer removePID()
+			}
+			if c.MemoryLimit > 0 {
+				debug.SetMemoryLimit(c.MemoryLimit)
 			}
 			h, err := host.Start(ctx, c)
 			if err != nil {
@@ -112,6 +116,7 @@ func newAgentCommand() *cobra.Command {
 	f.StringVar(&c.RegistryConfig, "registry-config", c.RegistryConfig, "registries.yaml of image registries, as k3s's: mirrors (endpoint URLs; plain HTTP only for an http:// one) and configs (auth, tls) per registry host; default <data-dir>/registries.yaml when it exists")
 	f.StringVar(&c.SeccompDefault, "seccomp-default", c.SeccompDefault, "seccomp profile of the containers of pods that set none: RuntimeDefault (containerd's default profile) or Unconfined; Localhost profiles are files below <data-dir>/seccomp")
 	f.Var((*byteSize)(&c.ContainerLogMaxSize), "container-log-max-size", "size at which a container's log file is rotated (such as 10Mi; at least 1Ki); a container's logs take at most this times --container-log-max-files on disk")
+	f.Var((*byteSize)(&c.MemoryLimit), "memory-limit", "soft limit of the agent's Go memory, as the GOMEMLIMIT environment variable (such as 200Mi): near it the garbage collector runs more often rather than let the heap double; 0: the environment's GOMEMLIMIT, or none")
 	f.IntVar(&c.ContainerLogMaxFiles, "container-log-max-files", c.ContainerLogMaxFiles, "log files kept per container, the current one included (at least 2); rotated files are named <log>.<timestamp>, uncompressed")
 	f.StringVar(&c.EvictionHard, "eviction-hard", c.EvictionHard, "hard eviction thresholds, as the kubelet's: SIGNAL<QUANTITY or SIGNAL<PERCENT%, comma-separated (memory.available, nodefs.available, nodefs.inodesFree, imagefs.available, imagefs.inodesFree, pid.available); empty: none")
 	f.DurationVar(&c.EvictionPressureTransition, "eviction-pressure-transition-period", c.EvictionPressureTransition, "how long a pressure condition stays True after its threshold was last met")

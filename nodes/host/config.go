@@ -132,6 +132,11 @@ type Config struct {
 	// reaches the size, and at most that many files (the current one included) are kept.
 	ContainerLogMaxSize  int64
 	ContainerLogMaxFiles int
+	// MemoryLimit (bytes) is the soft limit of the agent's Go heap and runtime (the runtime's
+	// GOMEMLIMIT): near it the garbage collector runs more often instead of letting the heap
+	// double. 0 leaves the runtime's own setting (the GOMEMLIMIT environment variable, or
+	// none).
+	MemoryLimit int64
 	// ImageGCHighThresholdPercent and ImageGCLowThresholdPercent: when the usage of the
 	// filesystem holding containerd's images reaches the high threshold, unused images are
 	// removed, least recently used first, down to the low one (the kubelet's
@@ -273,6 +278,9 @@ func (c *Config) Complete() (validation.Options, error) {
 	case "RuntimeDefault", "Unconfined":
 	default:
 		return vopts, fmt.Errorf("--seccomp-default %q: use RuntimeDefault or Unconfined (the seccomp profile of containers whose pod sets none; default RuntimeDefault)", c.SeccompDefault)
+	}
+	if c.MemoryLimit != 0 && c.MemoryLimit < 64<<20 {
+		return vopts, fmt.Errorf("--memory-limit %d: give 0 (none) or at least 64Mi (the soft limit of the agent's Go memory; an agent with etcd and the API needs about 100Mi)", c.MemoryLimit)
 	}
 	if c.ContainerLogMaxSize < 1<<10 || c.ContainerLogMaxFiles < 2 {
 		return vopts, fmt.Errorf("--container-log-max-size %d and --container-log-max-files %d: give at least 1Ki and 2 (size at which a container's log file is rotated, files kept; default 10Mi and 5)", c.ContainerLogMaxSize, c.ContainerLogMaxFiles)

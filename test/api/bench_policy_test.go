@@ -156,7 +156,7 @@ func BenchmarkPolicyWriteLatency(b *testing.B) {
 		}
 		sorted := append([]time.Duration(nil), took...)
 		sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
-		fmt.Printf("Deployment create, %s (%d writes): p50 %s, p99 %s\n", label, writes,
+		b.Logf("Deployment create, %s (%d writes): p50 %s, p99 %s", label, writes,
 			p(sorted, 0.5).Round(10*time.Microsecond), p(sorted, 0.99).Round(10*time.Microsecond))
 		return took
 	}
@@ -198,11 +198,11 @@ func BenchmarkPolicyWriteLatency(b *testing.B) {
 		label string
 		took  []time.Duration
 	}{{"no policies", none}, {setLabel, restricted}} {
-		fmt.Printf("all rounds, %s (%d writes): p50 %.2f ms, p90 %.2f ms, p99 %.2f ms\n", side.label, len(side.took),
+		b.Logf("all rounds, %s (%d writes): p50 %.2f ms, p90 %.2f ms, p99 %.2f ms", side.label, len(side.took),
 			ms(p(side.took, 0.5)), ms(p(side.took, 0.9)), ms(p(side.took, 0.99)))
 	}
 	delta := ms(p(restricted, 0.99)) - ms(p(none, 0.99))
-	fmt.Printf("p99 with the restricted set minus without: %+.2f ms (goal: at most +2 ms); p50 %+.2f ms\n",
+	b.Logf("p99 with the restricted set minus without: %+.2f ms (goal: at most +2 ms); p50 %+.2f ms",
 		delta, ms(p(restricted, 0.5))-ms(p(none, 0.5)))
 	b.ReportMetric(delta, "ms-p99-delta")
 }

@@ -47,7 +47,7 @@ func BenchmarkGitOps(b *testing.B) {
 	time.Sleep(20 * time.Second)
 	for _, h := range s.Hosts {
 		agent := rssKiB(h.PID())
-		fmt.Printf("%s idle: agent RSS %d MiB\n", h.Name, agent/1024)
+		b.Logf("%s idle: agent RSS %d MiB", h.Name, agent/1024)
 		b.ReportMetric(float64(agent)/1024, "MiB-idle-agent-rss-"+h.Name)
 	}
 	repo, err := devsite.NewGitRepo(b.TempDir(), filepath.Join(framework.RepoRoot(), "examples", "hello"))
@@ -93,7 +93,15 @@ spec: {url: %q, ref: {branch: main}, interval: 5s, serviceAccountName: site-depl
 		"-p", `{"spec":{"interval":"10m","webhookSecretRef":{"name":"git-webhook"}}}`); err != nil {
 		b.Fatalf("patch GitSource: %v %s", err, out)
 	}
-	time.Sleep(3 * time.Second) // the spec change runs a round of its own
+	// The spec change runs a round of its own: the webhook rounds start once it is done.
+	b.StopTimer()
+	waitFor(b, time.Minute, "the GitSource's new spec observed", func() (bool, string) {
+		out, err := s.Hosts[0].Kubectl(context.Background(), "", "-n", "kube-system", "get", "gitsource", "site",
+			"-o", "jsonpath={.metadata.generation} {.status.observedGeneration}")
+		f := strings.Fields(out)
+		return err == nil && len(f) == 2 && f[0] == f[1], fmt.Sprint(out, err)
+	})
+	b.StartTimer()
 	cfg, err := clientcmd.BuildConfigFromFlags("", s.Hosts[1].Kubeconfig())
 	if err != nil {
 		b.Fatal(err)
@@ -148,7 +156,7 @@ spec: {url: %q, ref: {branch: main}, interval: 5s, serviceAccountName: site-depl
 		n, state := availableReplicas(c, "default", "load")
 		return n == int32(perHost*len(s.Hosts)), state
 	})
-	fmt.Printf("%d pods (%d per host) created -> all available: %s\n", perHost*len(s.Hosts), perHost, time.Since(start).Round(100*time.Millisecond))
+	b.Logf("%d pods (%d per host) created -> all available: %s", perHost*len(s.Hosts), perHost, time.Since(start).Round(100*time.Millisecond))
 	time.Sleep(10 * time.Second) // let probes and status writes settle
 	for _, h := range s.Hosts {
 		agent := rssKiB(h.PID())
@@ -162,8 +170,10 @@ spec: {url: %q, ref: {branch: main}, interval: 5s, serviceAccountName: site-depl
 				nShims++
 			}
 		}
-		fmt.Printf("%s with %d pods: agent RSS %d MiB, containerd %d MiB, %d shims %d MiB\n", h.Name, perHost, agent/1024, ctrd/1024, nShims, shims/1024)
+		b.Logf("%s with %d pods: agent RSS %d MiB, containerd %d MiB, %d shims %d MiB", h.Name, perHost, agent/1024, ctrd/1024, nShims, shims/1024)
 		b.ReportMetric(float64(agent)/1024, "MiB-agent-rss-"+h.Name)
+		b.ReportMetric(float64(ctrd)/1024, "MiB-containerd-rss-"+h.Name)
+		b.ReportMetric(float64(shims)/1024, "MiB-shims-rss-"+h.Name)
 	}
 }
 
@@ -172,7 +182,7 @@ func report(b *testing.B, how, metric string, took []time.Duration) {
 	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
 	b.ReportMetric(took[len(took)/2].Seconds(), "s-commit-to-serving-"+metric+"-p50")
 	b.ReportMetric(took[len(took)-1].Seconds(), "s-commit-to-serving-"+metric+"-max")
-	fmt.Printf("git commit -> all pods Ready and answering through every ingress (%s, %d rounds): p50 %s, max %s\n",
+	b.Logf("git commit -> all pods Ready and answering through every ingress (%s, %d rounds): p50 %s, max %s",
 		how, len(took), took[len(took)/2].Round(10*time.Millisecond), took[len(took)-1].Round(10*time.Millisecond))
 }
 

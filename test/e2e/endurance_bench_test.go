@@ -71,7 +71,7 @@ func BenchmarkIdleWrites(b *testing.B) {
 		n, state := availableReplicas(c, "default", "idle")
 		return n == int32(pods), state
 	})
-	fmt.Printf("%d pods available; settling for %s, then measuring for %s\n", pods, settle, window)
+	b.Logf("%d pods available; settling for %s, then measuring for %s", pods, settle, window)
 	time.Sleep(settle)
 
 	ec := etcdClient(b, s.Hosts[0])
@@ -265,11 +265,11 @@ func writtenKeys(b *testing.B, ec *clientv3.Client, from, to int64, secs float64
 		all = append(all, t)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].size > all[j].size })
-	fmt.Printf("keys written in the window (%d keys), most bytes first:\n", len(all))
+	b.Logf("keys written in the window (%d keys), most bytes first:", len(all))
 	for i, t := range all {
 		if i == 15 {
 			break
 		}
-		fmt.Printf("  %-70s %6.2f writes/min %8.0f B/s of keys+values\n", t.key, float64(t.writes)*60/secs, float64(t.size)/secs)
+		b.Logf("  %-70s %6.2f writes/min %8.0f B/s of keys+values", t.key, float64(t.writes)*60/secs, float64(t.size)/secs)
 	}
 }

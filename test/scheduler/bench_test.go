@@ -4,19 +4,26 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/flotilla-dev/flotilla/internal/devsite"
 	sched "github.com/flotilla-dev/flotilla/reconciler/scheduler"
+	"github.com/flotilla-dev/flotilla/test/framework"
 )
 
 func envInt(name string, def int) int {
@@ -27,50 +34,150 @@ func envInt(name string, def int) int {
 }
 
 type benchResult struct {
-	once     sync.Once
-	podsPerS float64
-	elapsed  time.Duration
+	once            sync.Once
+	podsPerS        float64
+	createsPerS     float64
+	elapsed         time.Duration
+	bindingsInStats int
 }
 
-var benchResults = map[string]*benchResult{"burst": {}, "backlog": {}}
+var benchResults = map[string]*benchResult{}
 
-// BenchmarkScheduler measures placement throughput against a real agent (make bench-scheduler):
+// BenchmarkScheduler measures placement throughput against real agents (make bench-scheduler):
 // FLOTILLA_BENCH_NODES simulated Node objects (default 1000, no agents) and
 // FLOTILLA_BENCH_PODS pods (default 10000); FLOTILLA_BENCH_BINDINGS overrides
-// Options.BindingsInFlight. Controllers are off so only the scheduler works.
+// Options.BindingsInFlight. Controllers are off so only the scheduler works; it runs in this
+// process against the API of the first host, as the elected scheduler of a site does.
 //
+//   - hosts=1: one agent (etcd with one voter); hosts=3: a 3-host site in network namespaces
+//     (etcd with 3 voters: every create and binding commits on a majority), the pods created
+//     through the three hosts' APIs in turn.
 //   - burst: the pods are created at once (64 clients) while the scheduler runs; pods/s from
-//     the first create to the last committed binding (the figure; it includes the
-//     API server's create rate).
-//   - backlog: the pods exist before the scheduler starts; pods/s from its start to the last
-//     binding (what the scheduler and pods/binding alone sustain).
+//     the first create to the last committed binding (create-to-bound; it includes the API
+//     server's create rate, printed as creates/s).
+//   - backlog: the pods exist before the scheduler starts; bindings/s from its start to the
+//     last committed binding (what the scheduler and pods/binding sustain).
 //
-// Each burst is measured once (b.N is ignored: a second burst would measure a fuller cluster).
+// Each case is measured once whatever b.N (a second burst would measure a fuller site): run
+// it with -benchtime 1x.
 func BenchmarkScheduler(b *testing.B) {
-	for _, mode := range []string{"burst", "backlog"} {
-		b.Run(mode, func(b *testing.B) {
-			r := benchResults[mode]
-			r.once.Do(func() { runSchedulerBench(b, r, mode == "backlog") })
-			b.ReportMetric(r.podsPerS, "pods/s")
-			b.ReportMetric(r.elapsed.Seconds(), "s/burst")
-		})
+	for _, hosts := range []int{1, 3} {
+		for _, mode := range []string{"burst", "backlog"} {
+			name := fmt.Sprintf("hosts=%d/%s", hosts, mode)
+			b.Run(name, func(b *testing.B) {
+				r := benchResults[name]
+				if r == nil {
+					r = &benchResult{}
+					benchResults[name] = r
+				}
+				r.once.Do(func() { runSchedulerBench(b, r, hosts, mode == "backlog") })
+				if mode == "backlog" {
+					b.ReportMetric(r.podsPerS, "bindings/s")
+				} else {
+					b.ReportMetric(r.podsPerS, "pods/s")
+					b.ReportMetric(r.createsPerS, "creates/s")
+				}
+				b.ReportMetric(r.elapsed.Seconds(), "s/run")
+				b.ReportMetric(0, "ns/op") // one run: the figures above say what it took
+			})
+		}
 	}
 }
 
-func runSchedulerBench(b *testing.B, r *benchResult, backlog bool) {
-	nodes, pods := envInt("FLOTILLA_BENCH_NODES", 1000), envInt("FLOTILLA_BENCH_PODS", 10000)
-	a, _ := startAgent(b, "--controllers=")
-	cfg := a.RESTConfig()
-	cfg.QPS, cfg.Burst = 5000, 10000
-	c, err := kubernetes.NewForConfig(cfg)
+// benchAPIs starts the API the benchmark talks to: one agent, or a 3-host site. It returns
+// the REST config of every host's API (the first one's for the scheduler).
+func benchAPIs(b *testing.B, hosts int) []*rest.Config {
+	if hosts == 1 {
+		a, _ := startAgent(b, "--controllers=")
+		return []*rest.Config{a.RESTConfig()}
+	}
+	if err := devsite.Preflight(); err != nil {
+		if framework.InCI() {
+			b.Fatalf("a 3-host site cannot run: %v", err)
+		}
+		b.Skipf("a 3-host site cannot run: %v", err)
+	}
+	s, err := devsite.New(devsite.Options{Hosts: hosts, Dir: b.TempDir(), Bin: framework.FlotillaBin(b), Kubectl: framework.KubectlBin(b)})
+	if err != nil {
+		b.Fatalf("create site: %v", err)
+	}
+	b.Cleanup(s.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := s.Hosts[0].Start("--controllers="); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Hosts[0].WaitReady(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for _, h := range s.Hosts[1:] {
+		if err := h.StartJoining(s.Hosts[:1], "--controllers="); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var cfgs []*rest.Config
+	for _, h := range s.Hosts {
+		if err := h.WaitReady(ctx); err != nil {
+			b.Fatal(err)
+		}
+		cfg, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig())
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.Host = "https://" + h.IP + ":6443"
+		cfgs = append(cfgs, cfg)
+	}
+	// The hosts' own Nodes take no simulated pods: the figure is the simulated nodes'.
+	c := kubernetes.NewForConfigOrDie(cfgs[0])
+	for _, h := range s.Hosts {
+		cordon(b, c, h.Name)
+	}
+	// A voter promoted after the creates start would measure its catching up.
+	pki := filepath.Join(s.Hosts[0].DataDir, "pki")
+	tlsCfg, err := transport.TLSInfo{CertFile: filepath.Join(pki, "etcd-client.crt"), KeyFile: filepath.Join(pki, "etcd-client.key"),
+		TrustedCAFile: filepath.Join(pki, "ca.crt")}.ClientConfig()
 	if err != nil {
 		b.Fatal(err)
 	}
+	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://" + s.Hosts[0].IP + ":2379"}, TLS: tlsCfg, DialTimeout: 5 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ec.Close()
+	waitFor(b, 2*time.Minute, fmt.Sprintf("%d etcd voters", hosts), func() (bool, string) {
+		resp, err := ec.MemberList(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		voters := 0
+		for _, m := range resp.Members {
+			if !m.IsLearner && len(m.ClientURLs) > 0 {
+				voters++
+			}
+		}
+		return voters == hosts, fmt.Sprintf("%d voters of %d members", voters, len(resp.Members))
+	})
+	return cfgs
+}
+
+func runSchedulerBench(b *testing.B, r *benchResult, hosts int, backlog bool) {
+	nodes, pods := envInt("FLOTILLA_BENCH_NODES", 1000), envInt("FLOTILLA_BENCH_PODS", 10000)
+	cfgs := benchAPIs(b, hosts)
+	var cs []kubernetes.Interface
+	for _, cfg := range cfgs {
+		cfg.QPS, cfg.Burst = 5000, 10000
+		c, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	c := cs[0]
 	var ns []string
 	for i := 0; i < nodes; i++ {
 		ns = append(ns, fmt.Sprintf("sim-%04d", i))
 	}
-	err = parallel(32, len(ns), func(i int) error {
+	err := parallel(32, len(ns), func(i int) error {
 		// 32 cores, 128 GiB, 110 pods: 10 pods of 100m each per node never fill one.
 		_, err := c.CoreV1().Nodes().Create(context.Background(), fakeNode(ns[i], 32000, 131072, 110, map[string]string{
 			"topology.kubernetes.io/zone": fmt.Sprintf("zone-%d", i%3)}), metav1.CreateOptions{})
@@ -81,7 +188,7 @@ func runSchedulerBench(b *testing.B, r *benchResult, backlog bool) {
 	}
 	createPods := func() error {
 		return parallel(64, pods, func(i int) error {
-			_, err := c.CoreV1().Pods("default").Create(context.Background(), testPod(fmt.Sprintf("bench-%05d", i), 100, 64, nil), metav1.CreateOptions{})
+			_, err := cs[i%len(cs)].CoreV1().Pods("default").Create(context.Background(), testPod(fmt.Sprintf("bench-%05d", i), 100, 64, nil), metav1.CreateOptions{})
 			return err
 		})
 	}
@@ -95,16 +202,16 @@ func runSchedulerBench(b *testing.B, r *benchResult, backlog bool) {
 
 	// Bindings are counted from a watch: a binding whose response was lost (the scheduler
 	// retries it and gets 409) still counts once, when the API shows it.
-	bound := watchBound(b, c)
+	allBound := watchBound(b, c, pods)
 
 	b.ResetTimer()
 	start := time.Now()
-	s := startScheduler(b, a.RESTConfig(), sched.Options{BindingsInFlight: envInt("FLOTILLA_BENCH_BINDINGS", 0)})
+	s := startScheduler(b, cfgs[0], sched.Options{BindingsInFlight: envInt("FLOTILLA_BENCH_BINDINGS", 0)})
 	if !backlog {
 		// The burst measures placing, not the scheduler's first list of the nodes.
 		waitFor(b, 2*time.Minute, "the scheduler to see every node", func() (bool, string) {
 			n := s.Stats().Nodes
-			return n == nodes+1, fmt.Sprintf("%d nodes", n) // + the agent's own (cordoned) host
+			return n == nodes+hosts, fmt.Sprintf("%d nodes", n) // + the agents' own (cordoned) hosts
 		})
 		start = time.Now()
 	}
@@ -120,34 +227,39 @@ func runSchedulerBench(b *testing.B, r *benchResult, backlog bool) {
 		}()
 	}
 	var createTime time.Duration
-	deadline := time.Now().Add(30 * time.Minute)
-	for bound.Load() < int64(pods) {
+	select {
+	case <-allBound:
+	case res := <-createDone:
+		if res.err != nil {
+			b.Fatalf("create pods: %v", res.err)
+		}
+		createTime = res.took
 		select {
-		case r := <-createDone:
-			if r.err != nil {
-				b.Fatalf("create pods: %v", r.err)
-			}
-			createTime = r.took
-		default:
+		case <-allBound:
+		case <-time.After(30 * time.Minute):
+			b.Fatalf("not every pod bound after 30 min: %+v", s.Stats())
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("only %d/%d pods bound after 30 min: %+v", bound.Load(), pods, s.Stats())
-		}
-		time.Sleep(5 * time.Millisecond)
+	case <-time.After(30 * time.Minute):
+		b.Fatalf("not every pod bound after 30 min: %+v", s.Stats())
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
 	if !backlog && createTime == 0 {
-		createTime = (<-createDone).took
+		res := <-createDone
+		if res.err != nil {
+			b.Fatalf("create pods: %v", res.err)
+		}
+		createTime = res.took
 	}
 	r.elapsed = elapsed
 	r.podsPerS = float64(pods) / elapsed.Seconds()
 	mode := "backlog (scheduler started after the creates)"
 	if !backlog {
-		mode = fmt.Sprintf("burst (creating took %v, %.0f creates/s)", createTime.Round(time.Millisecond), float64(pods)/createTime.Seconds())
+		r.createsPerS = float64(pods) / createTime.Seconds()
+		mode = fmt.Sprintf("burst (creating took %v, %.0f creates/s)", createTime.Round(time.Millisecond), r.createsPerS)
 	}
-	b.Logf("%d nodes, %d pods, %s: all bound in %v = %.0f pods/s; scheduler %+v",
-		nodes, pods, mode, elapsed.Round(time.Millisecond), r.podsPerS, s.Stats())
+	b.Logf("%d hosts, %d nodes, %d pods, %s: all bound in %v = %.0f pods/s; scheduler %+v",
+		hosts, nodes, pods, mode, elapsed.Round(time.Millisecond), r.podsPerS, s.Stats())
 }
 
 // parallel runs fn(0..n-1) on workers goroutines; it stops at the first error.
@@ -183,19 +295,22 @@ func parallel(workers, n int, fn func(i int) error) error {
 	return firstErr
 }
 
-// watchBound counts the pods the API shows bound to a node, until the benchmark ends.
-func watchBound(b *testing.B, c kubernetes.Interface) *atomic.Int64 {
+// watchBound counts the pods the API shows bound to a node; the channel it returns is
+// closed once target pods are.
+func watchBound(b *testing.B, c kubernetes.Interface, target int) <-chan struct{} {
 	var (
-		n    atomic.Int64
 		mu   sync.Mutex
 		seen = map[string]bool{}
+		done = make(chan struct{})
 	)
 	count := func(obj any) {
 		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
 			mu.Lock()
 			if !seen[p.Name] {
 				seen[p.Name] = true
-				n.Add(1)
+				if len(seen) == target {
+					close(done)
+				}
 			}
 			mu.Unlock()
 		}
@@ -211,5 +326,5 @@ func watchBound(b *testing.B, c kubernetes.Interface) *atomic.Int64 {
 	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
 		b.Fatal("pod informer did not sync")
 	}
-	return &n
+	return done
 }

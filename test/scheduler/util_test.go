@@ -36,9 +36,16 @@ func startAgent(t testing.TB, extra ...string) (*framework.Agent, *kubernetes.Cl
 	}
 	a := framework.StartAgent(t, framework.AgentOptions{Extra: extra})
 	c := a.Client()
+	cordon(t, c, a.Name)
+	return a, c
+}
+
+// cordon marks an agent's own Node unschedulable: the tests' pods go to simulated nodes.
+func cordon(t testing.TB, c kubernetes.Interface, name string) {
+	t.Helper()
 	ctx := context.Background()
-	waitFor(t, 30*time.Second, "the agent's own Node", func() (bool, string) {
-		n, err := c.CoreV1().Nodes().Get(ctx, a.Name, metav1.GetOptions{})
+	waitFor(t, 30*time.Second, name+" cordoned", func() (bool, string) {
+		n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -49,7 +56,6 @@ func startAgent(t testing.TB, extra ...string) (*framework.Agent, *kubernetes.Cl
 		_, err = c.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
-	return a, c
 }
 
 // startScheduler runs a scheduler on the API exactly as the agent does (RunControllers),
