@@ -104,9 +104,10 @@ bench-scheduler: deps build kubectl
 		FLOTILLA_BENCH_PODS=$${FLOTILLA_BENCH_PODS:-10000} $(BENCHRUN) \
 		$(GO) test -run '^$$' -bench BenchmarkScheduler -benchtime 1x -timeout 30m ./test/scheduler/
 
-## bench-proxy: nftables full sync and single-Service update (1,000 and 10,000 Services x 10
-## endpoints, in a test namespace), NetworkPolicy full sync and one-pod change (1,000 policies,
-## 5,000 pods), DNS answers and the Ingress proxy per request.
+## bench-proxy: nftables full sync and one changed Service (ms/full-sync, ms/one-change; 1,000
+## and 10,000 Services x 10 endpoints, in a test namespace), the same for the IPVS compile path,
+## NetworkPolicy full sync and one-pod change (1,000 policies, 5,000 pods), DNS answers and the
+## Ingress proxy per request.
 bench-proxy: deps build
 	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench . -benchtime 3x -timeout 30m ./proxy/services/
 	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench . -benchtime 5x -timeout 20m ./proxy/netpol/

@@ -74,12 +74,49 @@ func (e Endpoint) String() string { return netip.AddrPortFrom(e.IP, e.Port).Stri
 // Compile computes the desired dataplane for the host described by node (nil: no NodePort
 // addresses and no local endpoints). It is pure: same inputs, same output.
 func Compile(services []*v1.Service, slices []*discoveryv1.EndpointSlice, node *v1.Node) DesiredState {
+	return new(Compiler).Compile(services, slices, node)
+}
+
+// Compiler is Compile with a memory: a Service whose object and EndpointSlices are the same
+// as in the previous call (the informer replaces an object it updates, so the same pointer is
+// the same content) keeps its compiled ports, and the ports keep their order when no port
+// came or went. One changed Service then costs a walk over pointers instead of compiling and
+// sorting every Service again. The zero value is ready; it is not safe for concurrent use.
+type Compiler struct {
+	nodeName string
+	cache    map[nsName]*compiled
+	order    []portRef // ds.Services of the previous call
+	gen      uint64
+}
+
+type nsName struct{ ns, name string }
+
+// compiled is one Service's compiled ports and the inputs they came from.
+type compiled struct {
+	svc    *v1.Service
+	slices []*discoveryv1.EndpointSlice
+	ports  []ServicePort
+	gen    uint64 // the call that last saw the Service
+}
+
+type portRef struct {
+	c *compiled
+	i int
+}
+
+// Compile is the package's Compile, reusing what the previous call compiled.
+func (c *Compiler) Compile(services []*v1.Service, slices []*discoveryv1.EndpointSlice, node *v1.Node) DesiredState {
 	ds := DesiredState{}
 	if node != nil {
 		ds.NodeName = node.Name
 		ds.NodeIPs = nodeIPs(node)
 	}
-	bySvc := map[string][]*discoveryv1.EndpointSlice{}
+	if c.cache == nil || c.nodeName != ds.NodeName {
+		// Which endpoints are local depends on the node's name.
+		c.cache, c.order, c.nodeName = map[nsName]*compiled{}, nil, ds.NodeName
+	}
+	c.gen++
+	bySvc := make(map[nsName][]*discoveryv1.EndpointSlice, len(slices))
 	for _, s := range slices {
 		if s == nil || s.AddressType != discoveryv1.AddressTypeIPv4 {
 			continue
@@ -88,59 +125,150 @@ func Compile(services []*v1.Service, slices []*discoveryv1.EndpointSlice, node *
 		if name == "" {
 			continue
 		}
-		k := s.Namespace + "/" + name
+		k := nsName{s.Namespace, name}
 		bySvc[k] = append(bySvc[k], s)
 	}
+	reordered := false // a port came or went: sort again
+	n := 0
 	for _, svc := range services {
-		if !proxied(svc) {
+		if svc == nil {
 			continue
 		}
-		cip, err := netip.ParseAddr(svc.Spec.ClusterIP)
-		if err != nil || !cip.Is4() {
-			continue // IPv4 only for now
+		k := nsName{svc.Namespace, svc.Name}
+		sl := bySvc[k]
+		e := c.cache[k]
+		if e == nil || e.svc != svc || !sameSlices(e.slices, sl) {
+			ports := compileService(svc, sl, ds.NodeName)
+			if e == nil || !sameKeys(e.ports, ports) {
+				reordered = true
+			}
+			if e == nil {
+				e = &compiled{}
+				c.cache[k] = e
+			}
+			e.svc, e.slices, e.ports = svc, sl, ports
 		}
-		ext := externalIPs(svc)
-		var aff time.Duration
-		if svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP {
-			aff = DefaultAffinityTimeout
-			if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil && *c.ClientIP.TimeoutSeconds > 0 {
-				aff = time.Duration(*c.ClientIP.TimeoutSeconds) * time.Second
-			}
+		if e.gen == c.gen {
+			reordered = true // the same Service listed twice: compile as Compile always did
 		}
-		itpLocal := svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal
-		etpLocal := svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
-		for _, p := range svc.Spec.Ports {
-			proto := p.Protocol
-			if proto == "" {
-				proto = v1.ProtocolTCP
+		e.gen = c.gen
+		n += len(e.ports)
+	}
+	for k, e := range c.cache {
+		if e.gen != c.gen {
+			delete(c.cache, k)
+			if len(e.ports) > 0 {
+				reordered = true
 			}
-			if p.Port <= 0 || p.Port > 65535 {
-				continue
-			}
-			sp := ServicePort{
-				Namespace: svc.Namespace, Name: svc.Name, PortName: p.Name, Protocol: proto,
-				ClusterIP: cip, Port: uint16(p.Port), ExternalIPs: ext, Affinity: aff,
-				InternalLocal: itpLocal, ExternalLocal: etpLocal,
-				Scheduler: svc.Annotations[AnnotationIPVSScheduler],
-			}
-			portID := p.Name
-			if portID == "" {
-				portID = strconv.Itoa(int(p.Port))
-			}
-			sp.Key = svc.Namespace + "/" + svc.Name + "/" + portID + "/" + string(proto)
-			if (svc.Spec.Type == v1.ServiceTypeNodePort || svc.Spec.Type == v1.ServiceTypeLoadBalancer) && p.NodePort > 0 && p.NodePort <= 65535 {
-				sp.NodePort = uint16(p.NodePort)
-			}
-			all := endpointsFor(bySvc[svc.Namespace+"/"+svc.Name], p.Name, proto)
-			sp.ClusterEndpoints = usable(all, "")
-			if ds.NodeName != "" {
-				sp.LocalEndpoints = usable(all, ds.NodeName)
-			}
-			ds.Services = append(ds.Services, sp)
 		}
 	}
-	sort.Slice(ds.Services, func(i, j int) bool { return ds.Services[i].Key < ds.Services[j].Key })
+	if reordered || len(c.order) != n {
+		c.order = c.order[:0]
+		for _, svc := range services {
+			if svc == nil {
+				continue
+			}
+			e := c.cache[nsName{svc.Namespace, svc.Name}]
+			for i := range e.ports {
+				c.order = append(c.order, portRef{e, i})
+			}
+		}
+		sort.SliceStable(c.order, func(i, j int) bool {
+			return c.order[i].c.ports[c.order[i].i].Key < c.order[j].c.ports[c.order[j].i].Key
+		})
+	}
+	if n > 0 {
+		ds.Services = make([]ServicePort, 0, n)
+	}
+	for _, r := range c.order {
+		ds.Services = append(ds.Services, r.c.ports[r.i])
+	}
 	return ds
+}
+
+// sameSlices reports whether a and b hold the same EndpointSlice objects, in any order (the
+// lister's order is a map's).
+func sameSlices(a, b []*discoveryv1.EndpointSlice) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		found := false
+		for _, y := range b {
+			if x == y {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func sameKeys(a, b []ServicePort) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Key != b[i].Key {
+			return false
+		}
+	}
+	return true
+}
+
+// compileService compiles the ports of one Service from its EndpointSlices.
+func compileService(svc *v1.Service, slices []*discoveryv1.EndpointSlice, nodeName string) []ServicePort {
+	if !proxied(svc) {
+		return nil
+	}
+	cip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+	if err != nil || !cip.Is4() {
+		return nil // IPv4 only for now
+	}
+	ext := externalIPs(svc)
+	var aff time.Duration
+	if svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP {
+		aff = DefaultAffinityTimeout
+		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil && *c.ClientIP.TimeoutSeconds > 0 {
+			aff = time.Duration(*c.ClientIP.TimeoutSeconds) * time.Second
+		}
+	}
+	itpLocal := svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal
+	etpLocal := svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
+	var out []ServicePort
+	for _, p := range svc.Spec.Ports {
+		proto := p.Protocol
+		if proto == "" {
+			proto = v1.ProtocolTCP
+		}
+		if p.Port <= 0 || p.Port > 65535 {
+			continue
+		}
+		sp := ServicePort{
+			Namespace: svc.Namespace, Name: svc.Name, PortName: p.Name, Protocol: proto,
+			ClusterIP: cip, Port: uint16(p.Port), ExternalIPs: ext, Affinity: aff,
+			InternalLocal: itpLocal, ExternalLocal: etpLocal,
+			Scheduler: svc.Annotations[AnnotationIPVSScheduler],
+		}
+		portID := p.Name
+		if portID == "" {
+			portID = strconv.Itoa(int(p.Port))
+		}
+		sp.Key = svc.Namespace + "/" + svc.Name + "/" + portID + "/" + string(proto)
+		if (svc.Spec.Type == v1.ServiceTypeNodePort || svc.Spec.Type == v1.ServiceTypeLoadBalancer) && p.NodePort > 0 && p.NodePort <= 65535 {
+			sp.NodePort = uint16(p.NodePort)
+		}
+		all := endpointsFor(slices, p.Name, proto)
+		sp.ClusterEndpoints = usable(all, "")
+		if nodeName != "" {
+			sp.LocalEndpoints = usable(all, nodeName)
+		}
+		out = append(out, sp)
+	}
+	return out
 }
 
 // proxied is false for the Services the proxy must leave alone.

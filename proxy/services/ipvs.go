@@ -2,7 +2,7 @@ package services
 
 import (
 	"net/netip"
-	"sort"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -55,51 +55,97 @@ type RealServer struct {
 // them through this node see the same), and a policy that leaves no endpoint gives a virtual
 // server without real servers (the kernel drops), unlike nftables' short-circuit.
 func CompileIPVS(ds DesiredState) IPVSState {
+	return new(IPVSCompiler).Compile(ds)
+}
+
+// IPVSCompiler is CompileIPVS with a memory: a Service port equal to the one of the previous
+// call (and the same host addresses) keeps its virtual servers, so one changed Service
+// compiles one port's frontends, not every port's. The zero value is ready; it is not safe
+// for concurrent use.
+type IPVSCompiler struct {
+	nodeIPs []netip.Addr
+	ports   map[string]*ipvsPort
+	gen     uint64
+}
+
+// ipvsPort is what one Service port compiled to.
+type ipvsPort struct {
+	sp        ServicePort
+	frontends []VirtualServer
+	reject    bool // no endpoint at all: the frontends go to IPVSState.Reject
+	gen       uint64
+}
+
+// Compile is CompileIPVS, reusing the ports that did not change.
+func (c *IPVSCompiler) Compile(ds DesiredState) IPVSState {
+	if c.ports == nil || !slices.Equal(c.nodeIPs, ds.NodeIPs) {
+		// NodePort frontends exist once per host address.
+		c.ports, c.nodeIPs = map[string]*ipvsPort{}, slices.Clone(ds.NodeIPs)
+	}
+	c.gen++
 	var st IPVSState
 	bound := map[netip.Addr]bool{}
 	for _, sp := range ds.Services {
-		sched := sp.Scheduler
-		if !IPVSSchedulers[sched] {
-			sched = DefaultIPVSScheduler
+		p := c.ports[sp.Key]
+		if p == nil || !sameServicePort(p.sp, sp) {
+			p = &ipvsPort{sp: sp, frontends: ipvsFrontends(sp, ds.NodeIPs), reject: len(sp.ClusterEndpoints) == 0}
+			c.ports[sp.Key] = p
 		}
-		mk := func(addr netip.Addr, port uint16, eps []Endpoint, masq bool) VirtualServer {
-			vs := VirtualServer{Address: addr, Protocol: sp.Protocol, Port: port, Scheduler: sched, Persistence: sp.Affinity, Masquerade: masq, Service: sp.Key}
-			for _, e := range eps {
-				vs.RealServers = append(vs.RealServers, RealServer{Address: e.IP, Port: e.Port, Weight: 1})
-			}
-			return vs
-		}
-		var frontends []VirtualServer
-		internal := sp.ClusterEndpoints
-		if sp.InternalLocal {
-			internal = sp.LocalEndpoints
-		}
-		external := sp.ClusterEndpoints
-		if sp.ExternalLocal {
-			external = sp.LocalEndpoints
-		}
-		frontends = append(frontends, mk(sp.ClusterIP, sp.Port, internal, false))
+		p.gen = c.gen
 		bound[sp.ClusterIP] = true
 		for _, ip := range sp.ExternalIPs {
-			frontends = append(frontends, mk(ip, sp.Port, external, !sp.ExternalLocal))
 			bound[ip] = true
 		}
-		if sp.NodePort != 0 {
-			for _, ip := range ds.NodeIPs {
-				frontends = append(frontends, mk(ip, sp.NodePort, external, !sp.ExternalLocal))
-			}
+		if p.reject {
+			st.Reject = append(st.Reject, p.frontends...)
+		} else {
+			st.VirtualServers = append(st.VirtualServers, p.frontends...)
 		}
-		if len(sp.ClusterEndpoints) == 0 {
-			st.Reject = append(st.Reject, frontends...)
-			continue
+	}
+	for k, p := range c.ports {
+		if p.gen != c.gen {
+			delete(c.ports, k)
 		}
-		st.VirtualServers = append(st.VirtualServers, frontends...)
 	}
 	for a := range bound {
 		st.BoundAddresses = append(st.BoundAddresses, a)
 	}
-	sort.Slice(st.BoundAddresses, func(i, j int) bool { return st.BoundAddresses[i].Less(st.BoundAddresses[j]) })
+	slices.SortFunc(st.BoundAddresses, netip.Addr.Compare)
 	return st
+}
+
+// ipvsFrontends are the virtual servers of one Service port.
+func ipvsFrontends(sp ServicePort, nodeIPs []netip.Addr) []VirtualServer {
+	sched := sp.Scheduler
+	if !IPVSSchedulers[sched] {
+		sched = DefaultIPVSScheduler
+	}
+	mk := func(addr netip.Addr, port uint16, eps []Endpoint, masq bool) VirtualServer {
+		vs := VirtualServer{Address: addr, Protocol: sp.Protocol, Port: port, Scheduler: sched, Persistence: sp.Affinity, Masquerade: masq, Service: sp.Key}
+		for _, e := range eps {
+			vs.RealServers = append(vs.RealServers, RealServer{Address: e.IP, Port: e.Port, Weight: 1})
+		}
+		return vs
+	}
+	var frontends []VirtualServer
+	internal := sp.ClusterEndpoints
+	if sp.InternalLocal {
+		internal = sp.LocalEndpoints
+	}
+	external := sp.ClusterEndpoints
+	if sp.ExternalLocal {
+		external = sp.LocalEndpoints
+	}
+	frontends = append(frontends, mk(sp.ClusterIP, sp.Port, internal, false))
+	for _, ip := range sp.ExternalIPs {
+		frontends = append(frontends, mk(ip, sp.Port, external, !sp.ExternalLocal))
+	}
+	if sp.NodePort != 0 {
+		for _, ip := range nodeIPs {
+			frontends = append(frontends, mk(ip, sp.NodePort, external, !sp.ExternalLocal))
+		}
+	}
+	return frontends
 }
 
 // KernelRealServer is a real server as the kernel reports it.

@@ -67,6 +67,7 @@ type IPVS struct {
 	available bool                 // the IPVS netlink family was found
 	draining  map[string]time.Time // "vs|rs" -> when its weight went to 0
 	nodeIPs   map[netip.Addr]bool  // node addresses of the last Apply (ownership)
+	compiler  IPVSCompiler         // recompiles only the Service ports that changed
 }
 
 var _ Backend = (*IPVS)(nil)
@@ -338,7 +339,7 @@ func (b *IPVS) Apply(ds DesiredState) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	st := CompileIPVS(ds)
+	st := b.compiler.Compile(ds)
 	if err := b.setSysctls(); err != nil {
 		return err
 	}

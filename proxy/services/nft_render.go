@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -166,7 +167,199 @@ func nftName(kind, hash, readable string) string {
 }
 
 // render turns a DesiredState into the nftables ruleset; podCIDR decides which sources are
-// "inside the cluster" (not masqueraded when they reach a ClusterIP).
+// "inside the cluster" (not masqueraded when they reach a ClusterIP). It is renderPort for
+// every Service port, merged.
+func render(ds DesiredState, podCIDR netip.Prefix) *ruleset {
+	rs := newRuleset()
+	for _, ip := range ds.NodeIPs {
+		rs.nodeIPs[ip] = true
+	}
+	for _, sp := range ds.Services {
+		renderPort(sp, podCIDR).mergeInto(rs, nil)
+	}
+	return rs
+}
+
+// fragment is what one Service port contributes to the ruleset. Keeping it per port lets the
+// backend redo only the ports that changed and take back exactly what an old version added.
+// Slices rather than maps: there are as many fragments as Service ports, and a handful of
+// maps each would cost more memory than the rules themselves.
+type fragment struct {
+	chains        []namedChain
+	affinity      []namedSet
+	serviceIPs    []vipEntry
+	nodePorts     []portEntry
+	noEPServices  []vipKey
+	noEPNodePorts []portKey
+	clusterIPs    []netip.Addr
+	hairpin       []netip.Addr // may repeat an address: references are counted
+}
+
+type namedChain struct {
+	name  string
+	rules []rule
+}
+
+type namedSet struct {
+	name    string
+	timeout time.Duration
+}
+
+type vipEntry struct {
+	k     vipKey
+	chain string
+}
+
+type portEntry struct {
+	k     portKey
+	chain string
+}
+
+// rulesetRefs counts how many fragments hold each element or name of a ruleset. Elements
+// shared by several ports (a ClusterIP with two ports, an endpoint behind two Services) stay
+// until the last one lets go; a verdict-map key or chain name held twice is a conflict that
+// only a full render resolves the same way every time.
+type rulesetRefs struct {
+	chains, affinity         map[string]int
+	serviceIPs, noEPServices map[vipKey]int
+	nodePorts, noEPNodePorts map[portKey]int
+	clusterIPs, hairpin      map[netip.Addr]int
+	conflicts                int // keys or names held by more than one fragment
+}
+
+func newRulesetRefs() *rulesetRefs {
+	return &rulesetRefs{
+		chains: map[string]int{}, affinity: map[string]int{},
+		serviceIPs: map[vipKey]int{}, noEPServices: map[vipKey]int{},
+		nodePorts: map[portKey]int{}, noEPNodePorts: map[portKey]int{},
+		clusterIPs: map[netip.Addr]int{}, hairpin: map[netip.Addr]int{},
+	}
+}
+
+func ref[K comparable](refs map[K]int, k K, conflicts *int, exclusive bool) {
+	refs[k]++
+	if exclusive && refs[k] == 2 {
+		*conflicts++
+	}
+}
+
+// unref drops one reference and reports whether it was the last.
+func unref[K comparable](refs map[K]int, k K, conflicts *int, exclusive bool) bool {
+	refs[k]--
+	if exclusive && refs[k] == 1 {
+		*conflicts--
+	}
+	if refs[k] <= 0 {
+		delete(refs, k)
+		return true
+	}
+	return false
+}
+
+// mergeInto adds f to rs, counting references in refs when it is not nil. On a conflict the
+// later fragment wins, as Service ports are rendered in Key order.
+func (f *fragment) mergeInto(rs *ruleset, refs *rulesetRefs) {
+	var c *int
+	if refs != nil {
+		c = &refs.conflicts
+	}
+	for _, ch := range f.chains {
+		rs.chains[ch.name] = ch.rules
+		if refs != nil {
+			ref(refs.chains, ch.name, c, true)
+		}
+	}
+	for _, s := range f.affinity {
+		rs.affinity[s.name] = s.timeout
+		if refs != nil {
+			ref(refs.affinity, s.name, c, true)
+		}
+	}
+	for _, e := range f.serviceIPs {
+		rs.serviceIPs[e.k] = e.chain
+		if refs != nil {
+			ref(refs.serviceIPs, e.k, c, true)
+		}
+	}
+	for _, e := range f.nodePorts {
+		rs.nodePorts[e.k] = e.chain
+		if refs != nil {
+			ref(refs.nodePorts, e.k, c, true)
+		}
+	}
+	for _, k := range f.noEPServices {
+		rs.noEPServices[k] = true
+		if refs != nil {
+			ref(refs.noEPServices, k, c, false)
+		}
+	}
+	for _, k := range f.noEPNodePorts {
+		rs.noEPNodePorts[k] = true
+		if refs != nil {
+			ref(refs.noEPNodePorts, k, c, false)
+		}
+	}
+	for _, a := range f.clusterIPs {
+		rs.clusterIPs[a] = true
+		if refs != nil {
+			ref(refs.clusterIPs, a, c, false)
+		}
+	}
+	for _, a := range f.hairpin {
+		rs.hairpin[a] = true
+		if refs != nil {
+			ref(refs.hairpin, a, c, false)
+		}
+	}
+}
+
+// removeFrom takes f back out of rs: what no other fragment references any more goes. It is
+// only used while refs.conflicts is 0, so an exclusive key always belongs to f alone.
+func (f *fragment) removeFrom(rs *ruleset, refs *rulesetRefs) {
+	c := &refs.conflicts
+	for _, ch := range f.chains {
+		if unref(refs.chains, ch.name, c, true) {
+			delete(rs.chains, ch.name)
+		}
+	}
+	for _, s := range f.affinity {
+		if unref(refs.affinity, s.name, c, true) {
+			delete(rs.affinity, s.name)
+		}
+	}
+	for _, e := range f.serviceIPs {
+		if unref(refs.serviceIPs, e.k, c, true) {
+			delete(rs.serviceIPs, e.k)
+		}
+	}
+	for _, e := range f.nodePorts {
+		if unref(refs.nodePorts, e.k, c, true) {
+			delete(rs.nodePorts, e.k)
+		}
+	}
+	for _, k := range f.noEPServices {
+		if unref(refs.noEPServices, k, c, false) {
+			delete(rs.noEPServices, k)
+		}
+	}
+	for _, k := range f.noEPNodePorts {
+		if unref(refs.noEPNodePorts, k, c, false) {
+			delete(rs.noEPNodePorts, k)
+		}
+	}
+	for _, a := range f.clusterIPs {
+		if unref(refs.clusterIPs, a, c, false) {
+			delete(rs.clusterIPs, a)
+		}
+	}
+	for _, a := range f.hairpin {
+		if unref(refs.hairpin, a, c, false) {
+			delete(rs.hairpin, a)
+		}
+	}
+}
+
+// renderPort renders one Service port.
 //
 // Per Service port with endpoints:
 //   - svc-<h>: the ClusterIP target. Masquerade sources outside the pod CIDR, then pick an
@@ -181,88 +374,100 @@ func nftName(kind, hash, readable string) string {
 //
 // A Service port without endpoints gets no chain: its frontends go into the no-endpoint sets,
 // whose filter rules reject new connections (TCP reset / ICMP port unreachable).
-func render(ds DesiredState, podCIDR netip.Prefix) *ruleset {
-	rs := newRuleset()
-	for _, ip := range ds.NodeIPs {
-		rs.nodeIPs[ip] = true
-	}
-	for _, sp := range ds.Services {
-		proto := protoNum(sp.Protocol)
-		rs.clusterIPs[sp.ClusterIP] = true
-		cvip := vipKey{sp.ClusterIP, proto, sp.Port}
-		if len(sp.ClusterEndpoints) == 0 {
-			rs.noEPServices[cvip] = true
-			for _, ip := range sp.ExternalIPs {
-				rs.noEPServices[vipKey{ip, proto, sp.Port}] = true
-			}
-			if sp.NodePort != 0 {
-				rs.noEPNodePorts[portKey{proto, sp.NodePort}] = true
-			}
-			continue
-		}
-		h := shortHash(sp.Key)
-		readable := sp.Namespace + "/" + sp.Name + "/" + strings.ToLower(string(sp.Protocol)) + "/" + portLabel(sp)
-		pick := func(eps []Endpoint) []rule { return pickRules(rs, sp, h, proto, eps) }
-
-		svc := nftName("svc", h, readable)
-		rules := []rule{{kind: rMasqUnlessFrom, cidr: podCIDR}}
-		switch {
-		case !sp.InternalLocal:
-			rules = append(rules, pick(sp.ClusterEndpoints)...)
-		case len(sp.LocalEndpoints) > 0:
-			rules = append(rules, pick(sp.LocalEndpoints)...)
-		default:
-			rules = append(rules, rule{kind: rDrop})
-		}
-		rs.chains[svc] = rules
-		rs.serviceIPs[cvip] = svc
-
-		if !sp.HasExternal() {
-			continue
-		}
-		ext := nftName("ext", h, readable)
-		if !sp.ExternalLocal {
-			rs.chains[ext] = append([]rule{{kind: rJump, chain: chainMarkMasq}}, pick(sp.ClusterEndpoints)...)
-		} else {
-			clu := nftName("clu", h, readable)
-			rs.chains[clu] = pick(sp.ClusterEndpoints)
-			rules := []rule{
-				{kind: rGotoIfFrom, cidr: podCIDR, chain: clu},
-				{kind: rFibLocalJump, chain: chainMarkMasq},
-				{kind: rFibLocalGoto, chain: clu},
-			}
-			if len(sp.LocalEndpoints) > 0 {
-				rules = append(rules, pick(sp.LocalEndpoints)...)
-			} else {
-				rules = append(rules, rule{kind: rDrop})
-			}
-			rs.chains[ext] = rules
-		}
+func renderPort(sp ServicePort, podCIDR netip.Prefix) *fragment {
+	f := &fragment{}
+	proto := protoNum(sp.Protocol)
+	f.clusterIPs = append(f.clusterIPs, sp.ClusterIP)
+	cvip := vipKey{sp.ClusterIP, proto, sp.Port}
+	if len(sp.ClusterEndpoints) == 0 {
+		f.noEPServices = append(f.noEPServices, cvip)
 		for _, ip := range sp.ExternalIPs {
-			rs.serviceIPs[vipKey{ip, proto, sp.Port}] = ext
+			f.noEPServices = append(f.noEPServices, vipKey{ip, proto, sp.Port})
 		}
 		if sp.NodePort != 0 {
-			rs.nodePorts[portKey{proto, sp.NodePort}] = ext
+			f.noEPNodePorts = append(f.noEPNodePorts, portKey{proto, sp.NodePort})
 		}
+		return f
 	}
-	return rs
+	h := shortHash(sp.Key)
+	readable := sp.Namespace + "/" + sp.Name + "/" + strings.ToLower(string(sp.Protocol)) + "/" + portLabel(sp)
+	pick := func(eps []Endpoint) []rule { return pickInto(f, sp, h, proto, eps) }
+
+	svc := nftName("svc", h, readable)
+	rules := []rule{{kind: rMasqUnlessFrom, cidr: podCIDR}}
+	switch {
+	case !sp.InternalLocal:
+		rules = append(rules, pick(sp.ClusterEndpoints)...)
+	case len(sp.LocalEndpoints) > 0:
+		rules = append(rules, pick(sp.LocalEndpoints)...)
+	default:
+		rules = append(rules, rule{kind: rDrop})
+	}
+	f.chains = append(f.chains, namedChain{svc, rules})
+	f.serviceIPs = append(f.serviceIPs, vipEntry{cvip, svc})
+
+	if !sp.HasExternal() {
+		return f
+	}
+	ext := nftName("ext", h, readable)
+	if !sp.ExternalLocal {
+		f.chains = append(f.chains, namedChain{ext, append([]rule{{kind: rJump, chain: chainMarkMasq}}, pick(sp.ClusterEndpoints)...)})
+	} else {
+		clu := nftName("clu", h, readable)
+		f.chains = append(f.chains, namedChain{clu, pick(sp.ClusterEndpoints)})
+		rules := []rule{
+			{kind: rGotoIfFrom, cidr: podCIDR, chain: clu},
+			{kind: rFibLocalJump, chain: chainMarkMasq},
+			{kind: rFibLocalGoto, chain: clu},
+		}
+		if len(sp.LocalEndpoints) > 0 {
+			rules = append(rules, pick(sp.LocalEndpoints)...)
+		} else {
+			rules = append(rules, rule{kind: rDrop})
+		}
+		f.chains = append(f.chains, namedChain{ext, rules})
+	}
+	for _, ip := range sp.ExternalIPs {
+		f.serviceIPs = append(f.serviceIPs, vipEntry{vipKey{ip, proto, sp.Port}, ext})
+	}
+	if sp.NodePort != 0 {
+		f.nodePorts = append(f.nodePorts, portEntry{portKey{proto, sp.NodePort}, ext})
+	}
+	return f
 }
 
 func portLabel(sp ServicePort) string {
 	if sp.PortName != "" {
 		return sp.PortName
 	}
-	return fmt.Sprint(sp.Port)
+	return strconv.Itoa(int(sp.Port))
 }
 
 // pickRules are the rules that choose one of eps and DNAT to it; they also register the
-// endpoint chains, affinity sets and hairpin addresses they need.
+// endpoint chains, affinity sets and hairpin addresses they need in rs.
 func pickRules(rs *ruleset, sp ServicePort, h string, proto uint8, eps []Endpoint) []rule {
-	for _, e := range eps {
-		rs.hairpin[e.IP] = true
+	f := &fragment{}
+	rules := pickInto(f, sp, h, proto, eps)
+	f.mergeInto(rs, nil)
+	return rules
+}
+
+func (f *fragment) hasChain(name string) bool {
+	for _, c := range f.chains {
+		if c.name == name {
+			return true
+		}
 	}
-	var rules []rule
+	return false
+}
+
+// pickInto is pickRules registering into a fragment.
+func pickInto(f *fragment, sp ServicePort, h string, proto uint8, eps []Endpoint) []rule {
+	for _, e := range eps {
+		f.hairpin = append(f.hairpin, e.IP)
+	}
 	if sp.Affinity == 0 {
+		rules := make([]rule, 0, len(eps))
 		for i, e := range eps {
 			if n := len(eps) - i; n > 1 {
 				rules = append(rules, rule{kind: rDNATOneIn, proto: proto, n: n, ep: e})
@@ -272,6 +477,7 @@ func pickRules(rs *ruleset, sp ServicePort, h string, proto uint8, eps []Endpoin
 		}
 		return rules
 	}
+	var rules []rule
 	secs := int64(sp.Affinity / time.Second)
 	var chains []string
 	for _, e := range eps {
@@ -280,8 +486,12 @@ func pickRules(rs *ruleset, sp ServicePort, h string, proto uint8, eps []Endpoin
 		set := nftName("aff", h, fmt.Sprintf("%s-%ds", e, secs))
 		ch := nftName("ep", h, e.String())
 		chains = append(chains, ch)
-		rs.affinity[set] = sp.Affinity
-		rs.chains[ch] = []rule{{kind: rUpdateSet, set: set}, {kind: rDNAT, proto: proto, ep: e}}
+		// The ClusterIP and external chains may pick among the same endpoints: their
+		// endpoint chains and sets are the same objects, held once by this port.
+		if !f.hasChain(ch) {
+			f.affinity = append(f.affinity, namedSet{set, sp.Affinity})
+			f.chains = append(f.chains, namedChain{ch, []rule{{kind: rUpdateSet, set: set}, {kind: rDNAT, proto: proto, ep: e}}})
+		}
 		rules = append(rules, rule{kind: rAffinityGoto, set: set, chain: ch})
 	}
 	for i, ch := range chains {

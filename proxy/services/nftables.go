@@ -3,12 +3,14 @@ package services
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"github.com/mdlayher/netlink"
 	"github.com/sirupsen/logrus"
 
 	"github.com/flotilla-dev/flotilla/internal/nftconn"
@@ -46,6 +48,18 @@ type Nftables struct {
 
 	mu      sync.Mutex
 	applied *ruleset // what the kernel holds; nil forces a full rebuild
+	// refs and ports remember which Service port put what into applied, so that a change
+	// renders and sends only the ports that changed. refs is nil when applied was not built
+	// port by port, or holds conflicts (two ports claiming one frontend) that only a full
+	// render settles as it always did.
+	refs  *rulesetRefs
+	ports map[string]portState // by ServicePort.Key
+}
+
+// portState is one Service port as last applied and what it rendered to.
+type portState struct {
+	sp ServicePort
+	f  *fragment
 }
 
 var _ Backend = (*Nftables)(nil)
@@ -69,14 +83,41 @@ func (n *Nftables) conn() (*nftables.Conn, error) { return nftconn.New(n.opts.Ne
 
 // Apply programs ds: incrementally against what was applied last, or as one atomic rebuild of
 // the whole table when nothing is known yet or the incremental batch failed.
+//
+// The incremental path compares ds port by port with what was applied and renders only the
+// ports that differ, so one changed Service costs a walk over the ports (no rendering, no
+// allocation for the unchanged ones) plus a batch proportional to the change.
 func (n *Nftables) Apply(ds DesiredState) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	want := render(ds, n.opts.ClusterCIDR)
+	if n.applied != nil && n.refs != nil && n.refs.conflicts == 0 {
+		d, e, ok := n.patch(ds)
+		if ok {
+			if d.empty() && e.empty() {
+				return nil
+			}
+			err := n.applyDiff(d, e, n.applied)
+			if err == nil {
+				return nil
+			}
+			n.opts.Log.WithError(err).Warn("incremental nftables update failed; rebuilding the whole table")
+		}
+		// patch already turned applied into ds: rebuild the kernel from it.
+		want := n.applied
+		n.applied = nil
+		if err := n.applyFull(want); err != nil {
+			n.refs, n.ports = nil, nil
+			return fmt.Errorf("rebuild nftables table ip %s: %w", n.opts.Table, err)
+		}
+		n.applied = want
+		return nil
+	}
+	want, refs, ports := renderPorts(ds, n.opts.ClusterCIDR)
+	n.refs, n.ports = nil, nil
 	if n.applied != nil {
 		err := n.applyIncremental(n.applied, want)
 		if err == nil {
-			n.applied = want
+			n.applied, n.refs, n.ports = want, refs, ports
 			return nil
 		}
 		n.opts.Log.WithError(err).Warn("incremental nftables update failed; rebuilding the whole table")
@@ -85,8 +126,119 @@ func (n *Nftables) Apply(ds DesiredState) error {
 	if err := n.applyFull(want); err != nil {
 		return fmt.Errorf("rebuild nftables table ip %s: %w", n.opts.Table, err)
 	}
-	n.applied = want
+	n.applied, n.refs, n.ports = want, refs, ports
 	return nil
+}
+
+// renderPorts is render keeping each port's fragment and the reference counts, the starting
+// point of later incremental updates.
+func renderPorts(ds DesiredState, podCIDR netip.Prefix) (*ruleset, *rulesetRefs, map[string]portState) {
+	rs, refs := newRuleset(), newRulesetRefs()
+	ports := make(map[string]portState, len(ds.Services))
+	for _, ip := range ds.NodeIPs {
+		rs.nodeIPs[ip] = true
+	}
+	for _, sp := range ds.Services {
+		f := renderPort(sp, podCIDR)
+		f.mergeInto(rs, refs)
+		ports[sp.Key] = portState{sp: sp, f: f}
+	}
+	return rs, refs, ports
+}
+
+// patch turns n.applied into the ruleset of ds by taking out the fragments of the ports that
+// changed or went and merging in those of the ports that changed or came. It returns the
+// chain and element changes for the kernel; ok is false when the result holds a conflict, and
+// then only a full rebuild from n.applied is right.
+func (n *Nftables) patch(ds DesiredState) (d rulesetDiff, e elemDelta, ok bool) {
+	type change struct {
+		key string
+		old *portState
+		sp  *ServicePort
+	}
+	var changes []change
+	matched := 0
+	for i := range ds.Services {
+		sp := &ds.Services[i]
+		old, found := n.ports[sp.Key]
+		if found {
+			matched++
+			if sameServicePort(old.sp, *sp) {
+				continue
+			}
+			changes = append(changes, change{key: sp.Key, old: &old, sp: sp})
+			continue
+		}
+		changes = append(changes, change{key: sp.Key, sp: sp})
+	}
+	if matched < len(n.ports) {
+		seen := make(map[string]bool, len(ds.Services))
+		for i := range ds.Services {
+			seen[ds.Services[i].Key] = true
+		}
+		for k, ps := range n.ports {
+			if !seen[k] {
+				ps := ps
+				changes = append(changes, change{key: k, old: &ps})
+			}
+		}
+	}
+	rs, refs := n.applied, n.refs
+	nodeIPs := map[netip.Addr]bool{}
+	for _, ip := range ds.NodeIPs {
+		nodeIPs[ip] = true
+	}
+	nodeDel, nodeAdd := diffMap(rs.nodeIPs, nodeIPs)
+	if len(changes) == 0 && len(nodeDel) == 0 && len(nodeAdd) == 0 {
+		return d, e, true
+	}
+	e.nodeIPsDel, e.nodeIPsAdd = nodeDel, nodeAdd
+	rs.nodeIPs = nodeIPs
+
+	// Record the elements every touched port holds before and after, then move the
+	// fragments, then compare: an element another port still holds does not change.
+	tr := newTracker(rs)
+	oldPart, newPart := newRuleset(), newRuleset()
+	frags := make([]*fragment, len(changes))
+	for i, c := range changes {
+		if c.old != nil {
+			tr.touch(c.old.f)
+			c.old.f.mergeInto(oldPart, nil)
+		}
+		if c.sp != nil {
+			frags[i] = renderPort(*c.sp, n.opts.ClusterCIDR)
+			tr.touch(frags[i])
+			frags[i].mergeInto(newPart, nil)
+		}
+	}
+	for _, c := range changes {
+		if c.old != nil {
+			c.old.f.removeFrom(rs, refs)
+		}
+	}
+	for i, c := range changes {
+		if c.sp != nil {
+			frags[i].mergeInto(rs, refs)
+			n.ports[c.key] = portState{sp: *c.sp, f: frags[i]}
+		} else {
+			delete(n.ports, c.key)
+		}
+	}
+	if refs.conflicts > 0 {
+		return d, e, false
+	}
+	d = diffRulesets(oldPart, newPart)
+	tr.delta(&e)
+	return d, e, true
+}
+
+// sameServicePort reports whether two versions of a Service port render the same rules.
+func sameServicePort(a, b ServicePort) bool {
+	return a.Key == b.Key && a.Namespace == b.Namespace && a.Name == b.Name && a.PortName == b.PortName &&
+		a.Protocol == b.Protocol && a.ClusterIP == b.ClusterIP && a.Port == b.Port && a.NodePort == b.NodePort &&
+		a.Affinity == b.Affinity && a.InternalLocal == b.InternalLocal && a.ExternalLocal == b.ExternalLocal &&
+		a.Scheduler == b.Scheduler && slices.Equal(a.ExternalIPs, b.ExternalIPs) &&
+		slices.Equal(a.ClusterEndpoints, b.ClusterEndpoints) && slices.Equal(a.LocalEndpoints, b.LocalEndpoints)
 }
 
 // Resync rebuilds the table when the kernel no longer holds what we applied: the table or one
@@ -184,9 +336,124 @@ func (n *Nftables) Cleanup() error {
 
 // batch accumulates one netlink transaction on the Service table, with the helpers that
 // know its sets and rules.
-type batch struct{ *nftconn.Batch }
+type batch struct {
+	*nftconn.Batch
+	// out receives the messages the library would have sent, when the batch is sent by
+	// sendBatch rather than by the library (see newBatch).
+	out   *[]netlink.Message
+	netns int
+}
 
-func newBatch(c *nftables.Conn, tbl *nftables.Table) *batch { return &batch{nftconn.NewBatch(c, tbl)} }
+func newBatch(c *nftables.Conn, tbl *nftables.Table) *batch {
+	return &batch{Batch: nftconn.NewBatch(c, tbl)}
+}
+
+// newBatch starts a transaction on the Service table. The library encodes the messages but
+// does not send them: it asks the kernel to echo every rule back and acknowledge every
+// message, which at 10,000 Services is a hundred thousand replies for the kernel to build
+// and for us to read, more than a third of a full sync. sendBatch sends the same messages
+// asking only for the errors and one acknowledgement.
+func (n *Nftables) newBatch() (*batch, error) {
+	out := &[]netlink.Message{}
+	c, err := nftables.New(nftables.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
+		*out = append(*out, req...)
+		return nil, nil
+	}))
+	if err != nil {
+		return nil, err
+	}
+	b := newBatch(c, n.tbl)
+	b.out, b.netns = out, n.opts.NetNSFd
+	return b, nil
+}
+
+// Flush sends the transaction, or returns the first error met while queuing it (then
+// nothing is sent).
+func (b *batch) Flush() error {
+	if b.out == nil {
+		return b.Batch.Flush()
+	}
+	if b.Err != nil {
+		return b.Err
+	}
+	if err := b.C.Flush(); err != nil {
+		return err
+	}
+	msgs := *b.out
+	*b.out = nil
+	return sendBatch(b.netns, msgs)
+}
+
+// sizeBuffers gives conn the socket buffers of the library's connections (internal/nftconn):
+// a full sync is one send of tens of megabytes.
+func sizeBuffers(conn *netlink.Conn) error {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 1<<30); serr == nil {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 1<<28)
+		}
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// sendBatch sends one nftables transaction (msgs starts with the batch begin message and ends
+// with the batch end) to the network namespace netnsFd (0: ours) and waits for its outcome.
+//
+// The kernel processes the whole batch while the send call runs and queues its answers:
+// an error for each message that failed, or one error for the batch when the commit failed,
+// and an acknowledgement for the messages that ask for one. Only the last message asks, so
+// its acknowledgement (or an error before it) ends the wait.
+func sendBatch(netnsFd int, msgs []netlink.Message) error {
+	last := -1
+	for i := range msgs {
+		h := &msgs[i].Header
+		h.Flags &^= netlink.Acknowledge | unix.NLM_F_ECHO
+		// Numbered and addressed again by the connection that sends them.
+		h.Sequence, h.PID = 0, 0
+		if t := h.Type; t != netlink.HeaderType(unix.NFNL_MSG_BATCH_BEGIN) && t != netlink.HeaderType(unix.NFNL_MSG_BATCH_END) {
+			last = i
+		}
+	}
+	if last < 0 {
+		return nil
+	}
+	msgs[last].Header.Flags |= netlink.Acknowledge
+	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: netnsFd})
+	if err != nil {
+		return fmt.Errorf("open netfilter netlink socket: %w", err)
+	}
+	defer conn.Close()
+	if err := sizeBuffers(conn); err != nil {
+		return fmt.Errorf("size netfilter netlink socket buffers: %w", err)
+	}
+	sent, err := conn.SendMessages(msgs)
+	if err != nil {
+		return fmt.Errorf("send nftables batch: %w", err)
+	}
+	seq := sent[last].Header.Sequence
+	// The answers are queued by the time the send returns; the deadline only guards against
+	// waiting forever on a kernel that behaves otherwise.
+	if err := conn.SetReadDeadline(time.Now().Add(time.Minute)); err != nil {
+		return err
+	}
+	for {
+		replies, err := conn.Receive()
+		if err != nil {
+			return fmt.Errorf("nftables batch: %w", err)
+		}
+		for _, r := range replies {
+			if r.Header.Type == netlink.Error && r.Header.Sequence == seq {
+				return nil
+			}
+		}
+	}
+}
 
 var (
 	vipType  = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
@@ -223,43 +490,155 @@ func portBytes(k portKey) []byte {
 
 func gotoData(chain string) *expr.Verdict { return &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain} }
 
-// elementOps queues the element changes of every map and set from old to cur.
-func (b *batch) elementOps(old, cur *ruleset) {
-	{
-		del, add := diffMap(old.serviceIPs, cur.serviceIPs)
-		b.Elems(mapServiceIPs, vipElems(del, nil), true)
-		b.Elems(mapServiceIPs, vipElems(nil, add), false)
+// elemDelta is the element changes of every map and set: keys to delete, entries to add (a
+// key whose value changed is in both).
+type elemDelta struct {
+	serviceIPsDel                      []vipKey
+	serviceIPsAdd                      map[vipKey]string
+	nodePortsDel                       []portKey
+	nodePortsAdd                       map[portKey]string
+	noEPServicesDel                    []vipKey
+	noEPServicesAdd                    map[vipKey]bool
+	noEPNodePortsDel                   []portKey
+	noEPNodePortsAdd                   map[portKey]bool
+	nodeIPsDel, clusterIPsDel, hairDel []netip.Addr
+	nodeIPsAdd, clusterIPsAdd, hairAdd map[netip.Addr]bool
+}
+
+func (e elemDelta) empty() bool {
+	return len(e.serviceIPsDel)+len(e.serviceIPsAdd)+len(e.nodePortsDel)+len(e.nodePortsAdd)+
+		len(e.noEPServicesDel)+len(e.noEPServicesAdd)+len(e.noEPNodePortsDel)+len(e.noEPNodePortsAdd)+
+		len(e.nodeIPsDel)+len(e.nodeIPsAdd)+len(e.clusterIPsDel)+len(e.clusterIPsAdd)+len(e.hairDel)+len(e.hairAdd) == 0
+}
+
+func (d rulesetDiff) empty() bool {
+	return len(d.addChains)+len(d.rewriteChains)+len(d.delChains)+len(d.addSets)+len(d.delSets) == 0
+}
+
+// diffElems compares the elements of every map and set of two whole rulesets.
+func diffElems(old, cur *ruleset) elemDelta {
+	var e elemDelta
+	e.serviceIPsDel, e.serviceIPsAdd = diffMap(old.serviceIPs, cur.serviceIPs)
+	e.nodePortsDel, e.nodePortsAdd = diffMap(old.nodePorts, cur.nodePorts)
+	e.noEPServicesDel, e.noEPServicesAdd = diffMap(old.noEPServices, cur.noEPServices)
+	e.noEPNodePortsDel, e.noEPNodePortsAdd = diffMap(old.noEPNodePorts, cur.noEPNodePorts)
+	e.nodeIPsDel, e.nodeIPsAdd = diffMap(old.nodeIPs, cur.nodeIPs)
+	e.clusterIPsDel, e.clusterIPsAdd = diffMap(old.clusterIPs, cur.clusterIPs)
+	e.hairDel, e.hairAdd = diffMap(old.hairpin, cur.hairpin)
+	return e
+}
+
+// before is a key's value in a map before a change, and whether it was there.
+type before[V comparable] struct {
+	v  V
+	ok bool
+}
+
+// touched remembers the values that keys of one map had before fragments moved.
+type touched[K comparable, V comparable] struct {
+	m    map[K]V
+	prev map[K]before[V]
+}
+
+func newTouched[K comparable, V comparable](m map[K]V) *touched[K, V] {
+	return &touched[K, V]{m: m, prev: map[K]before[V]{}}
+}
+
+func (t *touched[K, V]) touch(k K) {
+	if _, ok := t.prev[k]; !ok {
+		v, ok := t.m[k]
+		t.prev[k] = before[V]{v, ok}
 	}
-	{
-		del, add := diffMap(old.nodePorts, cur.nodePorts)
-		b.Elems(mapNodePorts, portElems(del, nil), true)
-		b.Elems(mapNodePorts, portElems(nil, add), false)
+}
+
+// delta compares the touched keys now with before, as diffMap does for whole maps.
+func (t *touched[K, V]) delta() (del []K, add map[K]V) {
+	add = map[K]V{}
+	for k, p := range t.prev {
+		v, ok := t.m[k]
+		if ok && (!p.ok || v != p.v) {
+			add[k] = v
+		}
+		if p.ok && (!ok || v != p.v) {
+			del = append(del, k)
+		}
 	}
-	{
-		del, add := diffMap(old.noEPServices, cur.noEPServices)
-		b.Elems(setNoEPServices, vipElems(del, nil), true)
-		b.Elems(setNoEPServices, vipSetElems(add), false)
+	return del, add
+}
+
+// tracker is touched for every element map of a ruleset.
+type tracker struct {
+	serviceIPs    *touched[vipKey, string]
+	nodePorts     *touched[portKey, string]
+	noEPServices  *touched[vipKey, bool]
+	noEPNodePorts *touched[portKey, bool]
+	clusterIPs    *touched[netip.Addr, bool]
+	hairpin       *touched[netip.Addr, bool]
+}
+
+func newTracker(rs *ruleset) *tracker {
+	return &tracker{
+		serviceIPs: newTouched(rs.serviceIPs), nodePorts: newTouched(rs.nodePorts),
+		noEPServices: newTouched(rs.noEPServices), noEPNodePorts: newTouched(rs.noEPNodePorts),
+		clusterIPs: newTouched(rs.clusterIPs), hairpin: newTouched(rs.hairpin),
 	}
-	{
-		del, add := diffMap(old.noEPNodePorts, cur.noEPNodePorts)
-		b.Elems(setNoEPNodePorts, portElems(del, nil), true)
-		b.Elems(setNoEPNodePorts, portSetElems(add), false)
+}
+
+func (t *tracker) touch(f *fragment) {
+	for _, e := range f.serviceIPs {
+		t.serviceIPs.touch(e.k)
 	}
+	for _, e := range f.nodePorts {
+		t.nodePorts.touch(e.k)
+	}
+	for _, k := range f.noEPServices {
+		t.noEPServices.touch(k)
+	}
+	for _, k := range f.noEPNodePorts {
+		t.noEPNodePorts.touch(k)
+	}
+	for _, a := range f.clusterIPs {
+		t.clusterIPs.touch(a)
+	}
+	for _, a := range f.hairpin {
+		t.hairpin.touch(a)
+	}
+}
+
+func (t *tracker) delta(e *elemDelta) {
+	e.serviceIPsDel, e.serviceIPsAdd = t.serviceIPs.delta()
+	e.nodePortsDel, e.nodePortsAdd = t.nodePorts.delta()
+	e.noEPServicesDel, e.noEPServicesAdd = t.noEPServices.delta()
+	e.noEPNodePortsDel, e.noEPNodePortsAdd = t.noEPNodePorts.delta()
+	e.clusterIPsDel, e.clusterIPsAdd = t.clusterIPs.delta()
+	e.hairDel, e.hairAdd = t.hairpin.delta()
+}
+
+// elementOps queues the element changes of every map and set.
+func (b *batch) elementOps(e elemDelta) {
+	b.Elems(mapServiceIPs, vipElems(e.serviceIPsDel, nil), true)
+	b.Elems(mapServiceIPs, vipElems(nil, e.serviceIPsAdd), false)
+	b.Elems(mapNodePorts, portElems(e.nodePortsDel, nil), true)
+	b.Elems(mapNodePorts, portElems(nil, e.nodePortsAdd), false)
+	b.Elems(setNoEPServices, vipElems(e.noEPServicesDel, nil), true)
+	b.Elems(setNoEPServices, vipSetElems(e.noEPServicesAdd), false)
+	b.Elems(setNoEPNodePorts, portElems(e.noEPNodePortsDel, nil), true)
+	b.Elems(setNoEPNodePorts, portSetElems(e.noEPNodePortsAdd), false)
 	for _, p := range []struct {
-		name     string
-		old, cur map[netip.Addr]bool
-		hairpin  bool
+		name    string
+		del     []netip.Addr
+		add     map[netip.Addr]bool
+		hairpin bool
 	}{
-		{setNodePortIPs, old.nodeIPs, cur.nodeIPs, false},
-		{setClusterIPs, old.clusterIPs, cur.clusterIPs, false},
-		{setHairpin, old.hairpin, cur.hairpin, true},
+		{setNodePortIPs, e.nodeIPsDel, e.nodeIPsAdd, false},
+		{setClusterIPs, e.clusterIPsDel, e.clusterIPsAdd, false},
+		{setHairpin, e.hairDel, e.hairAdd, true},
 	} {
-		del, add := diffMap(p.old, p.cur)
-		addrs := make([]netip.Addr, 0, len(add))
-		for a := range add {
+		addrs := make([]netip.Addr, 0, len(p.add))
+		for a := range p.add {
 			addrs = append(addrs, a)
 		}
-		b.Elems(p.name, addrElems(del, p.hairpin), true)
+		b.Elems(p.name, addrElems(p.del, p.hairpin), true)
 		b.Elems(p.name, addrElems(addrs, p.hairpin), false)
 	}
 }
@@ -317,11 +696,11 @@ func addrElems(addrs []netip.Addr, pair bool) []nftables.SetElement {
 // applyFull replaces the whole table in one transaction: packets see either the old rules or
 // the new ones, never an empty table.
 func (n *Nftables) applyFull(rs *ruleset) error {
-	c, err := n.conn()
+	b, err := n.newBatch()
 	if err != nil {
 		return err
 	}
-	b := newBatch(c, n.tbl)
+	c := b.C
 	b.ReplaceTable()
 	b.addStaticSets()
 	for _, s := range staticChains() {
@@ -337,7 +716,7 @@ func (n *Nftables) applyFull(rs *ruleset) error {
 	}
 	// Elements after the chains they name (verdict maps) and before the rules that bind the
 	// maps, so no element is checked against a rule it cannot affect.
-	b.elementOps(newRuleset(), rs)
+	b.elementOps(diffElems(newRuleset(), rs))
 	for _, s := range staticChains() {
 		for _, r := range s.rules(b) {
 			c.AddRule(&nftables.Rule{Table: n.tbl, Chain: b.Chain(s.name), Exprs: r})
@@ -349,16 +728,20 @@ func (n *Nftables) applyFull(rs *ruleset) error {
 	return b.Flush()
 }
 
-// applyIncremental queues only the differences between old and cur, in an order the kernel
+// applyIncremental queues only the differences between old and cur.
+func (n *Nftables) applyIncremental(old, cur *ruleset) error {
+	return n.applyDiff(diffRulesets(old, cur), diffElems(old, cur), cur)
+}
+
+// applyDiff queues chain changes d and element changes e towards cur, in an order the kernel
 // accepts within one transaction: new sets and chains first, then rewritten chains, then map
 // elements, and last the chains and sets nothing references any more.
-func (n *Nftables) applyIncremental(old, cur *ruleset) error {
-	d := diffRulesets(old, cur)
-	c, err := n.conn()
+func (n *Nftables) applyDiff(d rulesetDiff, e elemDelta, cur *ruleset) error {
+	b, err := n.newBatch()
 	if err != nil {
 		return err
 	}
-	b := newBatch(c, n.tbl)
+	c := b.C
 	for _, name := range d.addSets {
 		b.addAffinitySet(name, cur.affinity[name])
 	}
@@ -375,7 +758,7 @@ func (n *Nftables) applyIncremental(old, cur *ruleset) error {
 		}
 		b.addRules(name, cur.chains[name])
 	}
-	b.elementOps(old, cur)
+	b.elementOps(e)
 	for _, name := range d.delChains {
 		c.FlushChain(b.Chain(name))
 	}

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/flotilla-dev/flotilla/internal/kick"
@@ -151,22 +153,10 @@ func run(ctx context.Context, client kubernetes.Interface, cfg Config, backend s
 		return ctx.Err()
 	}
 
+	// One Compiler for the loop: each event recompiles only the Services whose objects changed.
+	compiler := &Compiler{}
 	desired := func() (DesiredState, error) {
-		svcs, err := svcInf.Lister().List(labels.Everything())
-		if err != nil {
-			return DesiredState{}, err
-		}
-		slices, err := epsInf.Lister().List(labels.Everything())
-		if err != nil {
-			return DesiredState{}, err
-		}
-		node, err := nodeInf.Lister().Get(cfg.NodeName)
-		if err != nil {
-			// Not registered yet: no NodePort addresses and no endpoint counts as local.
-			node = &v1.Node{}
-			node.Name = cfg.NodeName
-		}
-		return Compile(svcs, slices, node), nil
+		return desiredFrom(compiler, svcInf.Lister(), epsInf.Lister(), nodeInf.Lister(), cfg.NodeName)
 	}
 	sync := func(full bool) error {
 		ds, err := desired()
@@ -210,6 +200,26 @@ func run(ctx context.Context, client kubernetes.Interface, cfg Config, backend s
 			full = true
 		}
 	}
+}
+
+// desiredFrom lists the Services, EndpointSlices and this host's Node from the informers'
+// caches and compiles them with c: what the loop does on every change.
+func desiredFrom(c *Compiler, svcs corelisters.ServiceLister, eps discoverylisters.EndpointSliceLister, nodes corelisters.NodeLister, nodeName string) (DesiredState, error) {
+	list, err := svcs.List(labels.Everything())
+	if err != nil {
+		return DesiredState{}, err
+	}
+	slices, err := eps.List(labels.Everything())
+	if err != nil {
+		return DesiredState{}, err
+	}
+	node, err := nodes.Get(nodeName)
+	if err != nil {
+		// Not registered yet: no NodePort addresses and no endpoint counts as local.
+		node = &v1.Node{}
+		node.Name = nodeName
+	}
+	return c.Compile(list, slices, node), nil
 }
 
 // chooseMode resolves --proxy-mode; haveIPVS says whether the kernel has ip_vs.
