@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/dynamic"
@@ -131,13 +130,6 @@ func (h *Host) startAPI() error {
 // derivation makes every stored Secret unreadable.
 func secretsEncryptionKey(caKeyPEM []byte) ([]byte, error) {
 	return hkdf.Key(sha256.New, caKeyPEM, nil, "flotilla secrets encryption v1", 32)
-}
-
-func dropManagedFields(obj any) (any, error) {
-	if o, ok := obj.(metav1.Object); ok {
-		o.SetManagedFields(nil)
-	}
-	return obj, nil
 }
 
 // waitReady polls /readyz until the API server answers ok: for two minutes on a new host,

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/flotilla-dev/flotilla/internal/slim"
 	"github.com/flotilla-dev/flotilla/nodes/agent"
 	"github.com/flotilla-dev/flotilla/nodes/checkpoint"
 	"github.com/flotilla-dev/flotilla/nodes/refcache"
@@ -50,8 +51,8 @@ func (h *Host) startIdentities() error {
 	}
 	// No subsystem reads managedFields from its cache: dropping them halves what some
 	// objects cost to hold (an update that omits them keeps the stored ones).
-	h.informers = informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(dropManagedFields))
-	h.podInformers = agent.NodePodInformerFactory(cs, h.cfg.Name, informers.WithTransform(dropManagedFields))
+	h.informers = informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(slim.DropManagedFields))
+	h.podInformers = agent.NodePodInformerFactory(cs, h.cfg.Name, informers.WithTransform(slim.DropManagedFields))
 	h.dnsPodInformers = informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(dns.SlimObjects))
 	ctx := h.runCtx
 	h.checkpoints.Register(ctx, h.informers,

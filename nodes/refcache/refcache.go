@@ -36,6 +36,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/flotilla-dev/flotilla/internal/slim"
 	"github.com/flotilla-dev/flotilla/nodes/checkpoint"
 )
 
@@ -246,7 +247,7 @@ func (c *Cache[T]) entry(namespace, name string) (e *entry, created bool, err er
 	e.used.Store(time.Now().UnixNano()) // before a sweep can see it
 	lw := &objectListWatch{c: c.client(namespace), e: e, timeout: c.listTimeout, sel: fields.OneTermEqualSelector("metadata.name", name).String()}
 	e.inf = cache.NewSharedIndexInformerWithOptions(lw, c.example, cache.SharedIndexInformerOptions{ObjectDescription: c.name + " " + k})
-	_ = e.inf.SetTransform(dropManagedFields)
+	_ = e.inf.SetTransform(slim.DropManagedFields)
 	_ = e.inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		c.cfg.Log.WithError(err).WithField("object", k).Debug("watch failed; retrying")
 	})
@@ -438,11 +439,4 @@ func (l *objectListWatch) WatchWithContext(ctx context.Context, opts metav1.List
 		}
 		return ev, true
 	}), nil
-}
-
-func dropManagedFields(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
 }

@@ -40,6 +40,7 @@ import (
 	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
 	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
 
+	"github.com/flotilla-dev/flotilla/internal/slim"
 	flotillav1alpha1 "github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/openapi"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/validation"
@@ -413,6 +414,8 @@ func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, c
 // the whole object to a map every time a policy is evaluated, for every write it matches;
 // with them, CEL reads only the fields an expression uses, from the object itself.
 func withTypeMeta(obj any) (any, error) {
+	// The admission plugins' caches never read managedFields either.
+	obj, _ = slim.DropManagedFields(obj)
 	o, ok := obj.(runtime.Object)
 	if !ok || !o.GetObjectKind().GroupVersionKind().Empty() {
 		return obj, nil

@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/flotilla-dev/flotilla/internal/slim"
 )
 
 // forController returns a copy of c whose clients use cfg (with c's rate limits unless cfg
@@ -86,14 +88,16 @@ func NewContext(cfg *rest.Config) (*Context, error) {
 	}
 
 	return &Context{
-		Config:            cfg,
-		Client:            client,
-		Dynamic:           dyn,
-		Metadata:          meta,
-		Discovery:         disc,
-		RESTMapper:        mapper,
-		Informers:         informers.NewSharedInformerFactory(client, 0),
-		MetadataInformers: metadatainformer.NewSharedInformerFactory(meta, 0),
+		Config:     cfg,
+		Client:     client,
+		Dynamic:    dyn,
+		Metadata:   meta,
+		Discovery:  disc,
+		RESTMapper: mapper,
+		// The controllers' caches hold every object of the site (the garbage collector's
+		// the metadata of every kind): without managedFields they take far less memory.
+		Informers:         informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(slim.DropManagedFields)),
+		MetadataInformers: metadatainformer.NewSharedInformerFactoryWithOptions(meta, 0, metadatainformer.WithTransform(slim.DropManagedFields)),
 		Recorder:          recorder,
 	}, nil
 }

@@ -62,7 +62,8 @@ func benchEnvInt(b *testing.B, name string, def, least int) int {
 // policies and with the restricted library set installed (every Deployment is evaluated by
 // all its Deployment policies), in alternating rounds, and prints p50 and p99 of each side
 // and the difference (goal: p99 within +2 ms). FLOTILLA_BENCH_WRITES writes per round
-// (default 500), FLOTILLA_BENCH_PAIRS rounds per side (default 3).
+// (default 500), FLOTILLA_BENCH_PAIRS rounds per side (default 3). It does its own rounds
+// whatever b.N: run it with -benchtime 1x.
 func BenchmarkPolicyWriteLatency(b *testing.B) {
 	writes := benchEnvInt(b, "FLOTILLA_BENCH_WRITES", 500, 100)
 	// The policy-inventory controller runs, as on every site: without its ConfigMap, the

@@ -19,6 +19,7 @@ import (
 // authorization and of the escalation and plan-only admission checks). It prints p50 and p99
 // of each (FLOTILLA_BENCH_WRITES, default 600). FLOTILLA_BENCH_ADMIN_ONLY=1 measures the
 // admin only, so that a binary from before RBAC (FLOTILLA_BIN) can be measured the same way.
+// It does its own rounds whatever b.N: run it with -benchtime 1x (make bench-api).
 func BenchmarkMutatingAPI(b *testing.B) {
 	writes := envInt("FLOTILLA_BENCH_WRITES", 600)
 	adminOnly := envInt("FLOTILLA_BENCH_ADMIN_ONLY", 0) == 1
