@@ -24,7 +24,7 @@ GO_TEST_TIMEOUT ?= 50m
 # BENCHRUN runs a benchmark command printing only its figures and failures (no component logs).
 BENCHRUN := $(CURDIR)/hack/bench-run.sh
 
-.PHONY: all deps build kubectl images generate verify-generate test unit-test lint demo demo-down bench bench-api bench-scheduler bench-proxy bench-e2e bench-robustness bench-endurance bench-policies bench-fleet clean
+.PHONY: all deps build kubectl images generate verify-generate test unit-test lint demo demo-down bench bench-api bench-scheduler bench-proxy bench-ingress bench-e2e bench-robustness bench-endurance bench-policies bench-fleet clean
 
 all: build
 
@@ -80,8 +80,12 @@ demo: deps build kubectl images
 demo-down:
 	FLOTILLA_BIN=$(BIN)/flotilla hack/demo.sh down
 
-## bench: measurements that are too slow for `make test`; prints figures.
-bench: deps build kubectl bench-api bench-scheduler bench-proxy bench-e2e bench-robustness bench-endurance bench-policies bench-fleet
+## bench: measurements that are too slow for `make test`; prints only figures and failures
+## (the preparing targets run silently, each benchmark through $(BENCHRUN)).
+BENCHES := bench-api bench-scheduler bench-proxy bench-ingress bench-e2e bench-robustness bench-endurance bench-policies bench-fleet
+bench:
+	@$(MAKE) -s --no-print-directory deps build kubectl images >/dev/null
+	@$(MAKE) -s --no-print-directory $(BENCHES)
 
 ## bench-api: API round trips on one agent (ConfigMap create and get, Service create), a new
 ## CRD to its first custom resource, RBAC authorization, and ConfigMap create p50/p99 on a
@@ -109,9 +113,25 @@ bench-scheduler: deps build kubectl
 ## NetworkPolicy full sync and one-pod change (1,000 policies, 5,000 pods), DNS answers and the
 ## Ingress proxy per request.
 bench-proxy: deps build
-	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench . -benchtime 3x -timeout 30m ./proxy/services/
-	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench . -benchtime 5x -timeout 20m ./proxy/netpol/
-	FLOTILLA_BIN=$(BIN)/flotilla $(GO) test -run '^$$' -bench . -timeout 10m ./proxy/dns/ ./proxy/ingress/
+	@FLOTILLA_BIN=$(BIN)/flotilla $(BENCHRUN) $(GO) test -run '^$$' -bench . -benchtime 3x -timeout 30m ./proxy/services/
+	@FLOTILLA_BIN=$(BIN)/flotilla $(BENCHRUN) $(GO) test -run '^$$' -bench . -benchtime 5x -timeout 20m ./proxy/netpol/
+	@FLOTILLA_BIN=$(BIN)/flotilla $(BENCHRUN) $(GO) test -run '^$$' -bench . -skip BenchmarkIngressVsNginx -timeout 10m ./proxy/dns/ ./proxy/ingress/
+
+## bench-ingress: the Ingress proxy against nginx in front of the same backend pod, both driven
+## by wrk (FLOTILLA_BENCH_WRK_DURATION, _CONNECTIONS, _THREADS; FLOTILLA_BENCH_PAIRS ABBA rounds):
+## requests/s and p99 of each and their ratio (goal >= 0.9x nginx). Installs wrk and nginx when
+## missing, with a policy-rc.d that keeps the package from starting a system nginx on port 80.
+bench-ingress: deps build
+	@if ! command -v wrk >/dev/null || [ ! -x /usr/sbin/nginx ]; then \
+		echo "installing Debian packages: wrk nginx"; \
+		export DEBIAN_FRONTEND=noninteractive; guard=""; \
+		if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; guard=1; fi; \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends wrk nginx >/dev/null; rc=$$?; \
+		[ -z "$$guard" ] || rm -f /usr/sbin/policy-rc.d; \
+		if [ $$rc -eq 0 ] && [ -d /run/systemd/system ]; then systemctl disable --now nginx >/dev/null 2>&1 || true; fi; \
+		exit $$rc; \
+	fi
+	@$(BENCHRUN) $(GO) test -run '^$$' -bench BenchmarkIngressVsNginx -benchtime 1x -timeout 20m ./proxy/ingress/
 
 ## bench-e2e: a 3-host site: git commit -> new version answering through every ingress, and
 ## the memory (RSS) of each host's agent, containerd and shims with 50 pods on it

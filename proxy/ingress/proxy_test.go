@@ -170,6 +170,38 @@ func TestProxyStatusCodes(t *testing.T) {
 	}
 }
 
+// TestRoutingPathDoesNotAllocate: finding a request's target, the reverse proxy of its pool
+// and the endpoint to send it to allocates nothing once the pool has served a request, and
+// the copy buffers come back to their pool.
+func TestRoutingPathDoesNotAllocate(t *testing.T) {
+	s := NewServer("", logrus.NewEntry(logrus.New()))
+	s.Swap(tableWith([]string{"192.0.2.1:80", "192.0.2.2:80"}, false))
+	var tried [maxAttempts]string
+	route := func() {
+		tg := s.Table().Lookup("web.example:8080", "/x/y")
+		if tg == nil || s.proxyFor(tg.Pool) == nil {
+			t.Fatal("no route")
+		}
+		if s.pick(tg.Pool, tg.Pool.proxy.Load().next, tried[:0]) == "" {
+			t.Fatal("no endpoint")
+		}
+	}
+	if n := testing.AllocsPerRun(1000, route); n != 0 {
+		t.Errorf("routing a request: %v allocations, want 0", n)
+	}
+	if n := testing.AllocsPerRun(1000, func() { s.Table().Lookup("Web.Example.:8080", "/") }); n != 0 {
+		t.Errorf("routing a request with capitals in Host: %v allocations, want 0", n)
+	}
+	for _, h := range []string{"web.example", "WEB.Example.:80", "[::1]:8080", "[::1]", "::1", "ÄBC.example", "", ":80", "x."} {
+		if got := string(appendHostKey(nil, h)); got != NormalizeHost(h) {
+			t.Errorf("host key of %q is %q, NormalizeHost says %q", h, got, NormalizeHost(h))
+		}
+	}
+	if n := testing.AllocsPerRun(1000, func() { s.buffers.Put(s.buffers.Get()) }); n != 0 {
+		t.Errorf("buffer pool: %v allocations, want 0", n)
+	}
+}
+
 // BenchmarkLookup measures routing one request through a table of 1,000 hosts x 10 paths.
 func BenchmarkLookup(b *testing.B) {
 	var ings []*networkingv1.Ingress

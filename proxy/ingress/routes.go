@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/tls"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -102,11 +105,35 @@ func MatchPath(pt networkingv1.PathType, path, reqPath string) bool {
 // NormalizeHost turns a Host header into the form rules are compared with: no port, no
 // brackets, no trailing dot, lower case.
 func NormalizeHost(h string) string {
+	return strings.ToLower(trimHost(h))
+}
+
+// trimHost is NormalizeHost without the lower-casing.
+func trimHost(h string) string {
 	if i := strings.LastIndexByte(h, ':'); i >= 0 && i > strings.LastIndexByte(h, ']') {
 		h = h[:i]
 	}
 	h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
-	return strings.ToLower(strings.TrimSuffix(h, "."))
+	return strings.TrimSuffix(h, ".")
+}
+
+// appendHostKey appends NormalizeHost(h) to buf. Lookup passes a buffer on its stack and
+// indexes its maps with string(key), which Go does without a copy, so that routing a request
+// allocates nothing even when the client's Host has capitals (ASCII ones; others take
+// strings.ToLower).
+func appendHostKey(buf []byte, h string) []byte {
+	h = trimHost(h)
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if c >= utf8.RuneSelf {
+			return append(buf, strings.ToLower(h)...)
+		}
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf = append(buf, c)
+	}
+	return buf
 }
 
 // Pool is the set of endpoints (ip:port) behind one Ingress backend, as compiled; Reason says
@@ -116,6 +143,9 @@ type Pool struct {
 	Endpoints []string
 	Reason    string
 	broken    bool // the Service or its port is missing or unusable (not just unready)
+
+	// proxy is the Server's reverse proxy to these endpoints, made on the first request.
+	proxy atomic.Pointer[poolProxy]
 }
 
 // Target is what a request resolves to.
@@ -164,11 +194,12 @@ func (t *Table) Lookup(host, path string) *Target {
 	if t == nil {
 		return nil
 	}
-	host = NormalizeHost(host)
-	hr := t.exact[host]
+	var buf [128]byte
+	key := appendHostKey(buf[:0], host)
+	hr := t.exact[string(key)]
 	if hr == nil {
-		if i := strings.IndexByte(host, '.'); i > 0 {
-			hr = t.wildcard[host[i+1:]]
+		if i := bytes.IndexByte(key, '.'); i > 0 {
+			hr = t.wildcard[string(key[i+1:])]
 		}
 	}
 	if hr == nil {
