@@ -5,8 +5,10 @@ package services
 
 import (
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -87,6 +89,10 @@ type Compiler struct {
 	cache    map[nsName]*compiled
 	order    []portRef // ds.Services of the previous call
 	gen      uint64
+	// services is ds.Services of the previous call, sorted by Key, which compileChanged
+	// updates in place; orderStale says that order no longer matches it.
+	services   []ServicePort
+	orderStale bool
 }
 
 type nsName struct{ ns, name string }
@@ -128,7 +134,8 @@ func (c *Compiler) Compile(services []*v1.Service, slices []*discoveryv1.Endpoin
 		k := nsName{s.Namespace, name}
 		bySvc[k] = append(bySvc[k], s)
 	}
-	reordered := false // a port came or went: sort again
+	reordered := c.orderStale // a port came or went: sort again
+	c.orderStale = false
 	n := 0
 	for _, svc := range services {
 		if svc == nil {
@@ -183,7 +190,77 @@ func (c *Compiler) Compile(services []*v1.Service, slices []*discoveryv1.Endpoin
 	for _, r := range c.order {
 		ds.Services = append(ds.Services, r.c.ports[r.i])
 	}
+	c.services = ds.Services
 	return ds
+}
+
+// compileChanged is Compile for a caller that knows which Services may have changed since the
+// previous call (from the informers' events): it recompiles those alone, so one change costs
+// what changed rather than a walk over every Service. get returns a Service (nil when it is
+// gone) and its EndpointSlices. It also returns the Keys of the ports that may differ from the
+// previous call. ok is false when it cannot work incrementally (no previous call, or another
+// node): then the caller compiles everything.
+//
+// ds.Services is the Compiler's own slice, updated in place by the next call: use it before.
+func (c *Compiler) compileChanged(changed map[nsName]bool, get func(nsName) (*v1.Service, []*discoveryv1.EndpointSlice), node *v1.Node) (ds DesiredState, keys []string, ok bool) {
+	if c.cache == nil || node == nil || node.Name != c.nodeName {
+		return ds, nil, false
+	}
+	ds.NodeName, ds.NodeIPs = node.Name, nodeIPs(node)
+	for k := range changed {
+		svc, all := get(k)
+		var sl []*discoveryv1.EndpointSlice
+		for _, s := range all {
+			if s != nil && s.AddressType == discoveryv1.AddressTypeIPv4 {
+				sl = append(sl, s)
+			}
+		}
+		e := c.cache[k]
+		if e != nil && e.svc == svc && sameSlices(e.slices, sl) {
+			continue
+		}
+		var ports []ServicePort
+		if svc != nil {
+			ports = compileService(svc, sl, c.nodeName)
+		}
+		var old []ServicePort
+		if e != nil {
+			old = e.ports
+		}
+		if !sameKeys(old, ports) {
+			c.orderStale = true
+		}
+		for _, p := range old {
+			if i, found := c.findPort(p.Key); found {
+				c.services = slices.Delete(c.services, i, i+1)
+			}
+			keys = append(keys, p.Key)
+		}
+		for _, p := range ports {
+			i, found := c.findPort(p.Key)
+			if found {
+				c.services[i] = p // two Services claiming one Key: the last one wins
+			} else {
+				c.services = slices.Insert(c.services, i, p)
+			}
+			keys = append(keys, p.Key)
+		}
+		switch {
+		case svc == nil:
+			delete(c.cache, k)
+		case e == nil:
+			c.cache[k] = &compiled{svc: svc, slices: sl, ports: ports, gen: c.gen}
+		default:
+			e.svc, e.slices, e.ports = svc, sl, ports
+		}
+	}
+	ds.Services = c.services
+	return ds, keys, true
+}
+
+// findPort is the index of the port with key in c.services, or where it would go.
+func (c *Compiler) findPort(key string) (int, bool) {
+	return slices.BinarySearchFunc(c.services, key, func(p ServicePort, k string) int { return strings.Compare(p.Key, k) })
 }
 
 // sameSlices reports whether a and b hold the same EndpointSlice objects, in any order (the

@@ -68,6 +68,9 @@ type IPVS struct {
 	draining  map[string]time.Time // "vs|rs" -> when its weight went to 0
 	nodeIPs   map[netip.Addr]bool  // node addresses of the last Apply (ownership)
 	compiler  IPVSCompiler         // recompiles only the Service ports that changed
+	// nftApplied is the companion table's content as last applied, nil when unknown: an
+	// Apply then sends only the set elements that changed.
+	nftApplied *ipvsNftState
 }
 
 var _ Backend = (*IPVS)(nil)
@@ -390,8 +393,18 @@ func (b *IPVS) Apply(ds DesiredState) error {
 	return nil
 }
 
-// Resync is Apply: Apply always compares against the kernel.
-func (b *IPVS) Resync(ds DesiredState) error { return b.Apply(ds) }
+// ApplyChanged is Apply: IPVS compares every virtual server with the kernel anyway. It lets
+// the agent's loop recompile only the changed Services (changeApplier).
+func (b *IPVS) ApplyChanged(ds DesiredState, _ []string) error { return b.Apply(ds) }
+
+// Resync is Apply, which always compares the IPVS state against the kernel, with the
+// companion table rebuilt whole (someone may have changed it).
+func (b *IPVS) Resync(ds DesiredState) error {
+	b.mu.Lock()
+	b.nftApplied = nil
+	b.mu.Unlock()
+	return b.Apply(ds)
+}
 
 func (b *IPVS) ensureLink(nh *netlink.Handle) (netlink.Link, error) {
 	link, err := nh.LinkByName(b.opts.Interface)
@@ -590,5 +603,6 @@ func (b *IPVS) Cleanup() error {
 			return fmt.Errorf("delete interface %s: %w", b.opts.Interface, err)
 		}
 	}
+	b.nftApplied = nil
 	return b.deleteNft()
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/flotilla-dev/flotilla/internal/nftconn"
 )
 
 // The IPVS companion table: IPVS forwards but neither masquerades nor refuses, so a small
@@ -34,7 +36,13 @@ type ipvsNftState struct {
 // virtual servers inside serviceCIDR; the others without Masquerade follow
 // externalTrafficPolicy Local and keep the client's address.
 func renderIPVSNft(st IPVSState, serviceCIDR, clusterCIDR netip.Prefix) *ipvsNftState {
-	s := &ipvsNftState{masq: map[vipKey]bool{}, cluster: map[vipKey]bool{}, reject: map[vipKey]bool{}, hairpin: map[netip.Addr]bool{}, clusterCIDR: clusterCIDR}
+	// Sized up front: growing maps of 100,000 real servers costs more than filling them.
+	rs := 0
+	for _, vs := range st.VirtualServers {
+		rs += len(vs.RealServers)
+	}
+	s := &ipvsNftState{masq: map[vipKey]bool{}, cluster: make(map[vipKey]bool, len(st.VirtualServers)), reject: map[vipKey]bool{},
+		hairpin: make(map[netip.Addr]bool, rs), clusterCIDR: clusterCIDR}
 	for _, vs := range st.VirtualServers {
 		k := vipKey{ip: vs.Address, proto: protoNum(vs.Protocol), port: vs.Port}
 		switch {
@@ -70,8 +78,66 @@ func (b *IPVS) nftConn() (*nftables.Conn, func(), error) {
 	return c, func() { f.Close() }, nil
 }
 
-// applyNft replaces the companion table in one transaction (it is small: a few sets).
+// applyNft makes the companion table hold s: when the last applied content is known, by
+// sending only the set elements that changed (the table's rules never change with Services),
+// else, or when that fails, by replacing the table in one transaction.
 func (b *IPVS) applyNft(s *ipvsNftState) error {
+	if prev := b.nftApplied; prev != nil && prev.clusterCIDR == s.clusterCIDR {
+		b.nftApplied = nil
+		err := b.patchNft(prev, s)
+		if err == nil {
+			b.nftApplied = s
+			return nil
+		}
+		b.opts.Log.WithError(err).Warn("incremental update of the IPVS companion table failed; rebuilding it")
+	}
+	b.nftApplied = nil
+	if err := b.replaceNft(s); err != nil {
+		return err
+	}
+	b.nftApplied = s
+	return nil
+}
+
+// patchNft sends the element changes that turn the companion table from prev into s.
+func (b *IPVS) patchNft(prev, s *ipvsNftState) error {
+	tbl := &nftables.Table{Name: b.opts.Table, Family: nftables.TableFamilyIPv4}
+	var ops []func(*nftconn.Batch)
+	for _, d := range []struct {
+		name      string
+		old, want map[vipKey]bool
+	}{{ipvsSetMasq, prev.masq, s.masq}, {ipvsSetCluster, prev.cluster, s.cluster}, {ipvsSetReject, prev.reject, s.reject}} {
+		del, add := diffMap(d.old, d.want)
+		if len(del)+len(add) > 0 {
+			ops = append(ops, func(bt *nftconn.Batch) {
+				bt.Elems(d.name, vipElems(del, nil), true)
+				bt.Elems(d.name, vipSetElems(add), false)
+			})
+		}
+	}
+	if del, add := diffMap(prev.hairpin, s.hairpin); len(del)+len(add) > 0 {
+		ops = append(ops, func(bt *nftconn.Batch) {
+			bt.Elems(ipvsSetHairpin, addrElems(del, true), true)
+			bt.Elems(ipvsSetHairpin, addrElems(sortedAddrs(add), true), false)
+		})
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	c, done, err := b.nftConn()
+	if err != nil {
+		return err
+	}
+	defer done()
+	bt := nftconn.NewBatch(c, tbl)
+	for _, op := range ops {
+		op(bt)
+	}
+	return bt.Flush()
+}
+
+// replaceNft replaces the companion table in one transaction.
+func (b *IPVS) replaceNft(s *ipvsNftState) error {
 	c, done, err := b.nftConn()
 	if err != nil {
 		return err

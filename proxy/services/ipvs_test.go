@@ -143,3 +143,58 @@ func TestIPVSBackendRefuses(t *testing.T) {
 		t.Fatalf("Apply on a zero IPVS: %v, want a refusal naming NewIPVS", err)
 	}
 }
+
+// TestIPVSCompanionTableUpdates programs the IPVS companion table (nftables only, no ip_vs
+// needed) in a test network namespace, then changes the virtual servers: after each Apply
+// step the table holds exactly the new frontends and real server pairs, whether it was
+// patched element by element or rebuilt (Resync).
+func TestIPVSCompanionTableUpdates(t *testing.T) {
+	requireNetAdmin(t)
+	ns := "flt-s" + randSuffix() + "i"
+	newNetns(t, ns)
+	b := NewIPVS(IPVSOptions{NetNS: "/run/netns/" + ns, Table: "flotilla-ipvs"})
+	t.Cleanup(func() { _ = b.deleteNft() })
+	vs := func(ip string, masq bool, rs ...string) VirtualServer {
+		v := VirtualServer{Address: netip.MustParseAddr(ip), Protocol: v1.ProtocolTCP, Port: 80, Masquerade: masq}
+		for _, r := range rs {
+			v.RealServers = append(v.RealServers, RealServer{Address: netip.MustParseAddr(r), Port: 8080, Weight: 1})
+		}
+		return v
+	}
+	list := func(set string) string {
+		return inNS(t, ns, "nft", "list", "set", "ip", "flotilla-ipvs", set)
+	}
+	step := func(st IPVSState, want map[string][]string, notWant map[string][]string) {
+		t.Helper()
+		if err := b.applyNft(renderIPVSNft(st, netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("10.244.0.0/16"))); err != nil {
+			t.Fatal(err)
+		}
+		for set, ws := range want {
+			out := list(set)
+			for _, w := range ws {
+				if !strings.Contains(out, w) {
+					t.Fatalf("set %s lacks %s:\n%s", set, w, out)
+				}
+			}
+		}
+		for set, ws := range notWant {
+			out := list(set)
+			for _, w := range ws {
+				if strings.Contains(out, w) {
+					t.Fatalf("set %s still holds %s:\n%s", set, w, out)
+				}
+			}
+		}
+	}
+	step(IPVSState{VirtualServers: []VirtualServer{vs("10.96.0.1", false, "10.244.1.2"), vs("192.0.2.1", true, "10.244.1.2")}},
+		map[string][]string{ipvsSetCluster: {"10.96.0.1 . tcp . 80"}, ipvsSetMasq: {"192.0.2.1 . tcp . 80"}, ipvsSetHairpin: {"10.244.1.2 . 10.244.1.2"}}, nil)
+	// The endpoint moves, the external frontend loses its endpoints.
+	step(IPVSState{VirtualServers: []VirtualServer{vs("10.96.0.1", false, "10.244.1.3")}, Reject: []VirtualServer{vs("192.0.2.1", true)}},
+		map[string][]string{ipvsSetCluster: {"10.96.0.1 . tcp . 80"}, ipvsSetReject: {"192.0.2.1 . tcp . 80"}, ipvsSetHairpin: {"10.244.1.3 . 10.244.1.3"}},
+		map[string][]string{ipvsSetMasq: {"192.0.2.1"}, ipvsSetHairpin: {"10.244.1.2"}})
+	// Someone flushes a set; a Resync rebuilds the table.
+	inNS(t, ns, "nft", "flush", "set", "ip", "flotilla-ipvs", ipvsSetCluster)
+	b.nftApplied = nil // what Resync does
+	step(IPVSState{VirtualServers: []VirtualServer{vs("10.96.0.1", false, "10.244.1.3")}, Reject: []VirtualServer{vs("192.0.2.1", true)}},
+		map[string][]string{ipvsSetCluster: {"10.96.0.1 . tcp . 80"}, ipvsSetReject: {"192.0.2.1 . tcp . 80"}}, nil)
+}

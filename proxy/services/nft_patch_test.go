@@ -2,6 +2,7 @@ package services
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"testing"
 
@@ -40,27 +41,74 @@ func TestPatchMatchesRender(t *testing.T) {
 		func() { svcs[0] = mkSvc("s1", "10.96.0.11", 80, nodePort(30080)) },                          // policy Local -> Cluster
 		func() { node = mkNode("n1", "10.213.0.1", "10.213.0.7") },                                   // a host address comes
 		func() { slices = append(slices, mkSlice("s3-2", "s3", 8080, readyEP("10.244.2.9", "n1"))) }, // a second slice
+		// svcs is now s1..s5, s0; slices[5] is s5's. The flat path and the chain path:
+		func() { slices[5] = mkSlice("s5-1", "s5", 8080, manyEPs(3)...) },                  // endpoint count 2 -> 3 (flat)
+		func() { svcs[4] = mkSvc("s5", "10.96.0.15", 80, affinity(30)) },                   // flat -> chain (affinity)
+		func() { svcs[4] = mkSvc("s5", "10.96.0.15", 80) },                                 // chain -> flat
+		func() { slices[5] = mkSlice("s5-1", "s5", 8080, manyEPs(maxFlatEndpoints+1)...) }, // flat -> chain (too many)
+		func() { slices[5] = mkSlice("s5-1", "s5", 8080, readyEP("10.244.3.1", "n1")) },    // chain -> flat, one endpoint
+		func() { svcs[4] = mkSvc("s5", "10.96.0.15", 80, itpLocal) },                       // Local, the endpoint is local: flat
+		func() { slices[5] = mkSlice("s5-1", "s5", 8080, readyEP("10.244.3.1", "n2")) },    // no local endpoint: chain (drop)
 	}
-	be := NewNftables(NftablesOptions{})
-	comp := &Compiler{}
+	// be compares every port; beChanged is told which Services may have changed, as the
+	// agent's loop is by the informers' events (here: every Service before and after the step).
+	be, beChanged := NewNftables(NftablesOptions{}), NewNftables(NftablesOptions{})
+	comp, compChanged := &Compiler{}, &Compiler{}
 	be.applied, be.refs, be.ports = renderPorts(comp.Compile(svcs, slices, node), be.opts.ClusterCIDR)
+	beChanged.applied, beChanged.refs, beChanged.ports = renderPorts(compChanged.Compile(svcs, slices, node), be.opts.ClusterCIDR)
+	names := func() map[nsName]bool {
+		m := map[nsName]bool{}
+		for _, s := range svcs {
+			m[nsName{s.Namespace, s.Name}] = true
+		}
+		return m
+	}
+	get := func(k nsName) (*v1.Service, []*discoveryv1.EndpointSlice) {
+		var svc *v1.Service
+		for _, s := range svcs {
+			if s.Namespace == k.ns && s.Name == k.name {
+				svc = s
+			}
+		}
+		var sl []*discoveryv1.EndpointSlice
+		for _, s := range slices {
+			if s.Namespace == k.ns && s.Labels[discoveryv1.LabelServiceName] == k.name {
+				sl = append(sl, s)
+			}
+		}
+		return svc, sl
+	}
 	for i, step := range steps {
+		dirty := names()
 		step()
+		maps.Copy(dirty, names())
 		prev := cloneRuleset(be.applied)
 		ds := comp.Compile(svcs, slices, node)
 		if want := Compile(svcs, slices, node); !reflect.DeepEqual(ds, want) {
 			t.Fatalf("step %d: Compiler gave\n%+v\nCompile gave\n%+v", i, ds, want)
 		}
-		d, e, ok := be.patch(ds)
-		if !ok {
-			t.Fatalf("step %d: conflict", i)
+		dsChanged, keys, ok := compChanged.compileChanged(dirty, get, node)
+		if !ok || !reflect.DeepEqual(dsChanged, ds) {
+			t.Fatalf("step %d: compileChanged gave (ok %v)\n%+v\nCompile gave\n%+v", i, ok, dsChanged, ds)
 		}
 		want := render(ds, be.opts.ClusterCIDR)
-		if !reflect.DeepEqual(be.applied, want) {
-			t.Fatalf("step %d: patched ruleset differs from a full render:\n%+v\n%+v", i, be.applied, want)
-		}
-		if wd, we := diffRulesets(prev, want), diffElems(prev, want); !reflect.DeepEqual(d, wd) || !sameElemDelta(e, we) {
-			t.Fatalf("step %d: changes\n%+v %+v\nwant\n%+v %+v", i, d, e, wd, we)
+		wd, we := diffRulesets(prev, want), diffElems(prev, want)
+		for _, c := range []struct {
+			name    string
+			be      *Nftables
+			ds      DesiredState
+			changes []portChange
+		}{{"every port", be, ds, be.changes(ds)}, {"changed ports", beChanged, dsChanged, beChanged.changesOf(dsChanged, keys)}} {
+			d, e, ok := c.be.patch(c.ds, c.changes)
+			if !ok {
+				t.Fatalf("step %d, %s: conflict", i, c.name)
+			}
+			if !reflect.DeepEqual(c.be.applied, want) {
+				t.Fatalf("step %d, %s: patched ruleset differs from a full render:\n%+v\n%+v", i, c.name, c.be.applied, want)
+			}
+			if !reflect.DeepEqual(d, wd) || !sameElemDelta(e, we) {
+				t.Fatalf("step %d, %s: changes\n%+v %+v\nwant\n%+v %+v", i, c.name, d, e, wd, we)
+			}
 		}
 	}
 }
@@ -78,6 +126,12 @@ func cloneRuleset(rs *ruleset) *ruleset {
 	}
 	for k, v := range rs.nodePorts {
 		c.nodePorts[k] = v
+	}
+	for k, v := range rs.flatVIPs {
+		c.flatVIPs[k] = v
+	}
+	for k, v := range rs.flatEPs {
+		c.flatEPs[k] = v
 	}
 	for k, v := range rs.noEPServices {
 		c.noEPServices[k] = v
@@ -121,6 +175,8 @@ func sameElemDelta(a, b elemDelta) bool {
 	}
 	return reflect.DeepEqual(set(a.serviceIPsDel), set(b.serviceIPsDel)) && eqMap(a.serviceIPsAdd, b.serviceIPsAdd) &&
 		reflect.DeepEqual(set(a.nodePortsDel), set(b.nodePortsDel)) && eqMap(a.nodePortsAdd, b.nodePortsAdd) &&
+		reflect.DeepEqual(set(a.flatVIPsDel), set(b.flatVIPsDel)) && eqMap(a.flatVIPsAdd, b.flatVIPsAdd) &&
+		reflect.DeepEqual(set(a.flatEPsDel), set(b.flatEPsDel)) && eqMap(a.flatEPsAdd, b.flatEPsAdd) &&
 		reflect.DeepEqual(set(a.noEPServicesDel), set(b.noEPServicesDel)) && eqMap(a.noEPServicesAdd, b.noEPServicesAdd) &&
 		reflect.DeepEqual(set(a.noEPNodePortsDel), set(b.noEPNodePortsDel)) && eqMap(a.noEPNodePortsAdd, b.noEPNodePortsAdd) &&
 		reflect.DeepEqual(set(a.nodeIPsDel), set(b.nodeIPsDel)) && eqMap(a.nodeIPsAdd, b.nodeIPsAdd) &&

@@ -23,13 +23,19 @@ const (
 	chainReject       = "reject-chain"
 	chainClusterCheck = "cluster-ips-check"
 
-	mapServiceIPs     = "service-ips"
-	mapNodePorts      = "service-nodeports"
-	setNoEPServices   = "no-endpoint-services"
-	setNoEPNodePorts  = "no-endpoint-nodeports"
-	setNodePortIPs    = "nodeport-ips"
-	setClusterIPs     = "cluster-ips"
-	setHairpin        = "hairpin"
+	mapServiceIPs    = "service-ips"
+	mapNodePorts     = "service-nodeports"
+	setNoEPServices  = "no-endpoint-services"
+	setNoEPNodePorts = "no-endpoint-nodeports"
+	setNodePortIPs   = "nodeport-ips"
+	setClusterIPs    = "cluster-ips"
+	setHairpin       = "hairpin"
+	setFlatVIPs      = "flat-vips"
+	mapFlatEndpoints = "flat-endpoints-" // + endpoint count n
+	chainFlat        = "flat-services"
+	// maxFlatEndpoints is the largest endpoint count served by the flat path (see
+	// renderPort): chain flat-services has one DNAT rule per count 1..max.
+	maxFlatEndpoints  = 64
 	masqMark          = 0x4000
 	maxNftNameLen     = 200 // the kernel allows 255; leave room
 	protoTCP          = 6
@@ -59,11 +65,10 @@ const (
 // rule is one rule of a dynamic chain, in a comparable, printable form; the nftables backend
 // turns it into expressions.
 //
-// A random pick among N endpoints is a cascade of N rules, rule i taking its endpoint with
-// probability 1/(N-i) (uniform overall), as iptables' statistic match does. It needs no set:
-// per-Service anonymous maps cost the kernel a walk of the whole transaction per map, and one
-// map shared by every Service a check of each element against every rule using it, both
-// quadratic at 10,000 Services. Only the first packet of a connection runs these chains.
+// On the chain path (see renderPort) a random pick among N endpoints is a cascade of N rules,
+// rule i taking its endpoint with probability 1/(N-i) (uniform overall), as iptables'
+// statistic match does. It needs no per-Service set: anonymous maps cost the kernel a walk of
+// the whole transaction per map. Only the first packet of a connection runs these chains.
 type rule struct {
 	kind  ruleKind
 	chain string
@@ -118,12 +123,23 @@ type portKey struct {
 	port  uint16
 }
 
+// flatKey is endpoint i of a flat frontend with n endpoints: key vip . i of map
+// flat-endpoints-<n>.
+type flatKey struct {
+	vip  vipKey
+	n, i uint32
+}
+
+func flatMap(n uint32) string { return mapFlatEndpoints + strconv.Itoa(int(n)) }
+
 // ruleset is the dynamic part of our table: chains, affinity sets and the elements of the
 // static maps and sets. Two rulesets diff into the smallest batch that turns one into the other.
 type ruleset struct {
 	chains        map[string][]rule
 	affinity      map[string]time.Duration
 	serviceIPs    map[vipKey]string // -> chain (goto)
+	flatVIPs      map[vipKey]bool
+	flatEPs       map[flatKey]netip.AddrPort
 	nodePorts     map[portKey]string
 	noEPServices  map[vipKey]bool
 	noEPNodePorts map[portKey]bool
@@ -136,6 +152,7 @@ func newRuleset() *ruleset {
 	return &ruleset{
 		chains: map[string][]rule{}, affinity: map[string]time.Duration{},
 		serviceIPs: map[vipKey]string{}, nodePorts: map[portKey]string{},
+		flatVIPs: map[vipKey]bool{}, flatEPs: map[flatKey]netip.AddrPort{},
 		noEPServices: map[vipKey]bool{}, noEPNodePorts: map[portKey]bool{},
 		nodeIPs: map[netip.Addr]bool{}, clusterIPs: map[netip.Addr]bool{}, hairpin: map[netip.Addr]bool{},
 	}
@@ -188,6 +205,7 @@ type fragment struct {
 	chains        []namedChain
 	affinity      []namedSet
 	serviceIPs    []vipEntry
+	flat          []flatFrontend
 	nodePorts     []portEntry
 	noEPServices  []vipKey
 	noEPNodePorts []portKey
@@ -215,6 +233,13 @@ type portEntry struct {
 	chain string
 }
 
+// flatFrontend is a frontend served by the flat path: endpoint i of eps is element
+// vip . i of flat-endpoints-<len(eps)>.
+type flatFrontend struct {
+	k   vipKey
+	eps []netip.AddrPort
+}
+
 // rulesetRefs counts how many fragments hold each element or name of a ruleset. Elements
 // shared by several ports (a ClusterIP with two ports, an endpoint behind two Services) stay
 // until the last one lets go; a verdict-map key or chain name held twice is a conflict that
@@ -222,6 +247,8 @@ type portEntry struct {
 type rulesetRefs struct {
 	chains, affinity         map[string]int
 	serviceIPs, noEPServices map[vipKey]int
+	flatVIPs                 map[vipKey]int
+	flatEPs                  map[flatKey]int
 	nodePorts, noEPNodePorts map[portKey]int
 	clusterIPs, hairpin      map[netip.Addr]int
 	conflicts                int // keys or names held by more than one fragment
@@ -231,6 +258,7 @@ func newRulesetRefs() *rulesetRefs {
 	return &rulesetRefs{
 		chains: map[string]int{}, affinity: map[string]int{},
 		serviceIPs: map[vipKey]int{}, noEPServices: map[vipKey]int{},
+		flatVIPs: map[vipKey]int{}, flatEPs: map[flatKey]int{},
 		nodePorts: map[portKey]int{}, noEPNodePorts: map[portKey]int{},
 		clusterIPs: map[netip.Addr]int{}, hairpin: map[netip.Addr]int{},
 	}
@@ -279,6 +307,19 @@ func (f *fragment) mergeInto(rs *ruleset, refs *rulesetRefs) {
 		rs.serviceIPs[e.k] = e.chain
 		if refs != nil {
 			ref(refs.serviceIPs, e.k, c, true)
+		}
+	}
+	for _, ff := range f.flat {
+		rs.flatVIPs[ff.k] = true
+		if refs != nil {
+			ref(refs.flatVIPs, ff.k, c, true)
+		}
+		for i, ep := range ff.eps {
+			k := flatKey{ff.k, uint32(len(ff.eps)), uint32(i)}
+			rs.flatEPs[k] = ep
+			if refs != nil {
+				ref(refs.flatEPs, k, c, true)
+			}
 		}
 	}
 	for _, e := range f.nodePorts {
@@ -332,6 +373,17 @@ func (f *fragment) removeFrom(rs *ruleset, refs *rulesetRefs) {
 			delete(rs.serviceIPs, e.k)
 		}
 	}
+	for _, ff := range f.flat {
+		if unref(refs.flatVIPs, ff.k, c, true) {
+			delete(rs.flatVIPs, ff.k)
+		}
+		for i := range ff.eps {
+			k := flatKey{ff.k, uint32(len(ff.eps)), uint32(i)}
+			if unref(refs.flatEPs, k, c, true) {
+				delete(rs.flatEPs, k)
+			}
+		}
+	}
 	for _, e := range f.nodePorts {
 		if unref(refs.nodePorts, e.k, c, true) {
 			delete(rs.nodePorts, e.k)
@@ -359,18 +411,37 @@ func (f *fragment) removeFrom(rs *ruleset, refs *rulesetRefs) {
 	}
 }
 
-// renderPort renders one Service port.
+// renderPort renders one Service port. There are two layouts.
 //
-// Per Service port with endpoints:
-//   - svc-<h>: the ClusterIP target. Masquerade sources outside the pod CIDR, then pick an
-//     endpoint (internalTrafficPolicy Local: among local ones only, else drop).
+// The flat path, for the common ClusterIP frontend: no session affinity and 1..
+// maxFlatEndpoints endpoints to pick from (internalTrafficPolicy Cluster: all of them; Local:
+// the local ones, when there are any). The frontend is only elements of static sets and maps:
+//   - flat-vips: ip . proto . port;
+//   - flat-endpoints-<n>, n its endpoint count: ip . proto . port . i -> endpoint ip . port,
+//     for i in 0..n-1.
+//
+// The services chain sends the members of flat-vips to the static chain flat-services, which
+// marks sources outside the pod CIDR for masquerade, then holds one rule per endpoint count n:
+// `dnat to flat-endpoints-<n>[ip . proto . port . numgen random mod n]`. Only the rule of the
+// frontend's own n finds it, and picks one of its endpoints uniformly; a first packet runs at
+// most n of those rules, as the chain path's cascade. As these rules and maps exist for every
+// n, adding, changing or removing such a Service adds and deletes only elements of a set and of
+// value maps: no rule, chain or jump, so the kernel does not validate the whole table at commit
+// (which at 10,000 Services costs ~100 ms). One map per n rather than one for all: the kernel
+// checks each element of a map against every rule that uses it, when either is added.
+//
+// The chain path, for everything else, per Service port with endpoints:
+//   - svc-<h>: the ClusterIP target when not flat. Masquerade sources outside the pod CIDR,
+//     then pick an endpoint (internalTrafficPolicy Local: among local ones only, else drop).
 //   - ext-<h>: the NodePort/externalIP/LB target. Cluster policy: always masquerade, pick among
 //     all endpoints. Local policy: pods and the host itself short-circuit to clu-<h> (all
 //     endpoints); everyone else keeps its source address and gets a local endpoint, or a drop.
 //   - without session affinity the pick is a cascade of `numgen ... dnat` rules, no chain per
-//     endpoint (this is what keeps 10,000 Services cheap); with affinity each endpoint gets a
-//     chain ep-<h>-<ip:port> and a dynamic set aff-<h>-... that remembers client addresses,
-//     and the cascade jumps to those chains.
+//     endpoint; with affinity each endpoint gets a chain ep-<h>-<ip:port> and a dynamic set
+//     aff-<h>-... that remembers client addresses, and the cascade jumps to those chains.
+//
+// The chain path's frontends are elements of the verdict maps service-ips and
+// service-nodeports; a frontend is in those or in flat-vips, never both.
 //
 // A Service port without endpoints gets no chain: its frontends go into the no-endpoint sets,
 // whose filter rules reject new connections (TCP reset / ICMP port unreachable).
@@ -393,18 +464,28 @@ func renderPort(sp ServicePort, podCIDR netip.Prefix) *fragment {
 	readable := sp.Namespace + "/" + sp.Name + "/" + strings.ToLower(string(sp.Protocol)) + "/" + portLabel(sp)
 	pick := func(eps []Endpoint) []rule { return pickInto(f, sp, h, proto, eps) }
 
-	svc := nftName("svc", h, readable)
-	rules := []rule{{kind: rMasqUnlessFrom, cidr: podCIDR}}
-	switch {
-	case !sp.InternalLocal:
-		rules = append(rules, pick(sp.ClusterEndpoints)...)
-	case len(sp.LocalEndpoints) > 0:
-		rules = append(rules, pick(sp.LocalEndpoints)...)
-	default:
-		rules = append(rules, rule{kind: rDrop})
+	internal := sp.ClusterEndpoints
+	if sp.InternalLocal {
+		internal = sp.LocalEndpoints
 	}
-	f.chains = append(f.chains, namedChain{svc, rules})
-	f.serviceIPs = append(f.serviceIPs, vipEntry{cvip, svc})
+	if sp.Affinity == 0 && len(internal) > 0 && len(internal) <= maxFlatEndpoints {
+		ff := flatFrontend{k: cvip, eps: make([]netip.AddrPort, len(internal))}
+		for i, e := range internal {
+			ff.eps[i] = netip.AddrPortFrom(e.IP, e.Port)
+			f.hairpin = append(f.hairpin, e.IP)
+		}
+		f.flat = append(f.flat, ff)
+	} else {
+		svc := nftName("svc", h, readable)
+		rules := []rule{{kind: rMasqUnlessFrom, cidr: podCIDR}}
+		if len(internal) > 0 {
+			rules = append(rules, pick(internal)...)
+		} else {
+			rules = append(rules, rule{kind: rDrop})
+		}
+		f.chains = append(f.chains, namedChain{svc, rules})
+		f.serviceIPs = append(f.serviceIPs, vipEntry{cvip, svc})
+	}
 
 	if !sp.HasExternal() {
 		return f

@@ -1,8 +1,10 @@
 package services
 
 import (
+	"maps"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,19 +56,18 @@ func TestRender(t *testing.T) {
 		chains    []string            // chain kinds present
 		rules     map[string][]string // chain prefix -> rules
 		serviceIP map[string]string   // "ip/proto/port" -> chain prefix
+		flat      map[string][]string // "ip/proto/port" -> endpoints by slot, the whole flat path
 		nodePort  map[string]string
 		noEP      []string
 		noEPPorts []string
 		hairpin   []string
 	}{
 		{
-			name:      "ClusterIP, two endpoints: masquerade outside sources, random DNAT map",
-			svc:       mkSvc("web", "10.96.0.50", 80),
-			eps:       []ep{local, remote},
-			chains:    []string{"svc"},
-			rules:     map[string][]string{"svc-": {"ip saddr != 10.244.0.0/16 jump mark-for-masquerade", "meta l4proto 6 numgen random mod 2 == 0 dnat to 10.244.1.2:8080", "meta l4proto 6 dnat to 10.244.2.2:8080"}},
-			serviceIP: map[string]string{"10.96.0.50/6/80": "svc-"},
-			hairpin:   []string{"10.244.1.2", "10.244.2.2"},
+			name:    "ClusterIP, two endpoints: flat path, no chain",
+			svc:     mkSvc("web", "10.96.0.50", 80),
+			eps:     []ep{local, remote},
+			flat:    map[string][]string{"10.96.0.50/6/80": {"10.244.1.2:8080", "10.244.2.2:8080"}},
+			hairpin: []string{"10.244.1.2", "10.244.2.2"},
 		},
 		{
 			name:      "no endpoints: no chain, every frontend in the reject sets",
@@ -78,11 +79,12 @@ func TestRender(t *testing.T) {
 			name:   "NodePort + externalIP, policy Cluster: always masquerade",
 			svc:    mkSvc("web", "10.96.0.50", 80, nodePort(30080), externalIP("192.0.2.10")),
 			eps:    []ep{remote},
-			chains: []string{"ext", "svc"},
+			chains: []string{"ext"},
 			rules: map[string][]string{
 				"ext-": {"jump mark-for-masquerade", "meta l4proto 6 dnat to 10.244.2.2:8080"},
 			},
-			serviceIP: map[string]string{"10.96.0.50/6/80": "svc-", "192.0.2.10/6/80": "ext-"},
+			serviceIP: map[string]string{"192.0.2.10/6/80": "ext-"},
+			flat:      map[string][]string{"10.96.0.50/6/80": {"10.244.2.2:8080"}},
 			nodePort:  map[string]string{"6/30080": "ext-"},
 			hairpin:   []string{"10.244.2.2"},
 		},
@@ -90,36 +92,47 @@ func TestRender(t *testing.T) {
 			name:   "externalTrafficPolicy Local: pods and host short-circuit to all endpoints, others get local ones unmasqueraded",
 			svc:    mkSvc("web", "10.96.0.50", 80, nodePort(30080), etpLocal),
 			eps:    []ep{local, remote},
-			chains: []string{"clu", "ext", "svc"},
+			chains: []string{"clu", "ext"},
 			rules: map[string][]string{
 				"ext-": {"ip saddr 10.244.0.0/16 goto clu-", "fib saddr type local jump mark-for-masquerade", "fib saddr type local goto clu-", "meta l4proto 6 dnat to 10.244.1.2:8080"},
 				"clu-": {"meta l4proto 6 numgen random mod 2 == 0 dnat to 10.244.1.2:8080", "meta l4proto 6 dnat to 10.244.2.2:8080"},
 			},
 			nodePort: map[string]string{"6/30080": "ext-"},
+			flat:     map[string][]string{"10.96.0.50/6/80": {"10.244.1.2:8080", "10.244.2.2:8080"}},
 		},
 		{
 			name:  "externalTrafficPolicy Local without local endpoints: outside traffic dropped",
 			svc:   mkSvc("web", "10.96.0.50", 80, nodePort(30080), etpLocal),
 			eps:   []ep{remote},
 			rules: map[string][]string{"ext-": {"ip saddr 10.244.0.0/16 goto clu-", "fib saddr type local jump mark-for-masquerade", "fib saddr type local goto clu-", "drop"}},
+			flat:  map[string][]string{"10.96.0.50/6/80": {"10.244.2.2:8080"}},
 		},
 		{
-			name:  "internalTrafficPolicy Local: local endpoints only, else drop",
-			svc:   mkSvc("web", "10.96.0.50", 80, itpLocal),
-			eps:   []ep{remote},
-			rules: map[string][]string{"svc-": {"ip saddr != 10.244.0.0/16 jump mark-for-masquerade", "drop"}},
+			name:      "internalTrafficPolicy Local: local endpoints only, else drop",
+			svc:       mkSvc("web", "10.96.0.50", 80, itpLocal),
+			eps:       []ep{remote},
+			rules:     map[string][]string{"svc-": {"ip saddr != 10.244.0.0/16 jump mark-for-masquerade", "drop"}},
+			serviceIP: map[string]string{"10.96.0.50/6/80": "svc-"},
 		},
 		{
-			name:  "internalTrafficPolicy Local with a local endpoint",
-			svc:   mkSvc("web", "10.96.0.50", 80, itpLocal),
-			eps:   []ep{local, remote},
-			rules: map[string][]string{"svc-": {"ip saddr != 10.244.0.0/16 jump mark-for-masquerade", "meta l4proto 6 dnat to 10.244.1.2:8080"}},
+			name: "internalTrafficPolicy Local with a local endpoint: flat path to the local ones",
+			svc:  mkSvc("web", "10.96.0.50", 80, itpLocal),
+			eps:  []ep{local, remote},
+			flat: map[string][]string{"10.96.0.50/6/80": {"10.244.1.2:8080"}},
 		},
 		{
-			name:   "sessionAffinity: per-endpoint chains remember clients in timed sets",
-			svc:    mkSvc("web", "10.96.0.50", 80, affinity(60)),
-			eps:    []ep{local, remote},
-			chains: []string{"ep", "ep", "svc"},
+			name:      "more endpoints than the flat path takes: svc chain",
+			svc:       mkSvc("web", "10.96.0.50", 80),
+			eps:       manyEPs(maxFlatEndpoints + 1),
+			chains:    []string{"svc"},
+			serviceIP: map[string]string{"10.96.0.50/6/80": "svc-"},
+		},
+		{
+			name:      "sessionAffinity: per-endpoint chains remember clients in timed sets",
+			svc:       mkSvc("web", "10.96.0.50", 80, affinity(60)),
+			eps:       []ep{local, remote},
+			chains:    []string{"ep", "ep", "svc"},
+			serviceIP: map[string]string{"10.96.0.50/6/80": "svc-"},
 		},
 	}
 	for _, c := range cases {
@@ -141,6 +154,27 @@ func TestRender(t *testing.T) {
 						t.Fatalf("chain %s* rule %d: got %q, want %q", prefix, i, got[i], want[i])
 					}
 				}
+			}
+			flat := map[string][]string{}
+			for k := range rs.flatVIPs {
+				var eps []string
+				for i := 0; ; i++ {
+					ep, ok := rs.flatEPs[flatKey{k, uint32(len(c.flat[vipString(k)])), uint32(i)}]
+					if !ok {
+						break
+					}
+					eps = append(eps, ep.String())
+				}
+				flat[vipString(k)] = eps
+			}
+			if len(rs.flatEPs) != len(slices.Concat(slices.Collect(maps.Values(c.flat))...)) || !reflect.DeepEqual(flat, nonNil(c.flat)) {
+				t.Fatalf("flat path %v (%d slots), want %v", flat, len(rs.flatEPs), c.flat)
+			}
+			if len(rs.flatVIPs) > 0 && chainByPrefix(t, rs, "svc-") != nil {
+				t.Fatal("a flat frontend has a svc chain too")
+			}
+			if len(rs.serviceIPs) != len(c.serviceIP) {
+				t.Fatalf("service-ips %v, want %v", rs.serviceIPs, c.serviceIP)
 			}
 			for k, prefix := range c.serviceIP {
 				var found bool
@@ -186,6 +220,21 @@ func TestRender(t *testing.T) {
 	}
 }
 
+func manyEPs(n int) []ep {
+	out := make([]ep, n)
+	for i := range out {
+		out[i] = readyEP("10.244.3."+strconv.Itoa(i+1), "n1")
+	}
+	return out
+}
+
+func nonNil(m map[string][]string) map[string][]string {
+	if m == nil {
+		return map[string][]string{}
+	}
+	return m
+}
+
 func TestRenderAffinity(t *testing.T) {
 	ds := Compile([]*v1.Service{mkSvc("web", "10.96.0.50", 80, affinity(60))},
 		[]*discoveryv1.EndpointSlice{mkSlice("web-1", "web", 8080, readyEP("10.244.1.2", "n1"), readyEP("10.244.2.2", "n2"))}, mkNode("n1"))
@@ -216,35 +265,42 @@ func TestDiffRulesets(t *testing.T) {
 	slicesV1 := []*discoveryv1.EndpointSlice{mkSlice("a-1", "a", 8080, readyEP("10.244.1.2", "n1")), mkSlice("b-1", "b", 8080, readyEP("10.244.1.3", "n1"))}
 	old := render(Compile(svcs, slicesV1, node), testPodCIDR)
 
-	// b's endpoint moves: only b's chain is rewritten, no map element changes.
+	// b's endpoint moves: one flat-endpoints element changes, no chain.
 	slicesV2 := []*discoveryv1.EndpointSlice{slicesV1[0], mkSlice("b-1", "b", 8080, readyEP("10.244.1.4", "n1"))}
 	cur := render(Compile(svcs, slicesV2, node), testPodCIDR)
-	d := diffRulesets(old, cur)
-	if len(d.addChains) != 0 || len(d.delChains) != 0 || len(d.rewriteChains) != 1 || !strings.Contains(d.rewriteChains[0], "default/b/") {
+	if d := diffRulesets(old, cur); !d.empty() {
 		t.Fatalf("endpoint change: %+v", d)
 	}
-	if del, add := diffMap(old.serviceIPs, cur.serviceIPs); len(del) != 0 || len(add) != 0 {
-		t.Fatalf("endpoint change touched service-ips: -%v +%v", del, add)
+	e := diffElems(old, cur)
+	if len(e.flatEPsDel) != 1 || len(e.flatEPsAdd) != 1 || len(e.flatVIPsDel)+len(e.flatVIPsAdd) != 0 {
+		t.Fatalf("endpoint change elements: %+v", e)
 	}
 
-	// a is deleted: its chain goes, its map element goes, nothing else changes.
+	// a is deleted: its flat elements go, nothing else changes but its hairpin address.
 	cur = render(Compile(svcs[1:], slicesV1[1:], node), testPodCIDR)
-	d = diffRulesets(old, cur)
-	if len(d.delChains) != 1 || !strings.Contains(d.delChains[0], "default/a/") || len(d.rewriteChains) != 0 {
+	if d := diffRulesets(old, cur); !d.empty() {
 		t.Fatalf("service delete: %+v", d)
 	}
-	del, add := diffMap(old.serviceIPs, cur.serviceIPs)
-	if len(del) != 1 || del[0].ip != netip.MustParseAddr("10.96.0.51") || len(add) != 0 {
-		t.Fatalf("service delete elements: -%v +%v", del, add)
+	e = diffElems(old, cur)
+	if len(e.flatVIPsDel) != 1 || e.flatVIPsDel[0].ip != netip.MustParseAddr("10.96.0.51") || len(e.flatEPsDel) != 1 || len(e.flatVIPsAdd)+len(e.flatEPsAdd) != 0 {
+		t.Fatalf("service delete elements: %+v", e)
 	}
 
-	// a loses its endpoints: chain deleted, frontend moves to the reject set.
+	// a loses its endpoints: flat elements go, frontend moves to the reject set.
 	cur = render(Compile(svcs, slicesV1[1:], node), testPodCIDR)
 	if del, add := diffMap(old.noEPServices, cur.noEPServices); len(del) != 0 || len(add) != 1 {
 		t.Fatalf("scale to 0: -%v +%v", del, add)
 	}
-	if d := diffRulesets(old, cur); len(d.delChains) != 1 {
-		t.Fatalf("scale to 0 chains: %+v", d)
+	if e := diffElems(old, cur); len(e.flatVIPsDel) != 1 || len(e.flatEPsDel) != 1 {
+		t.Fatalf("scale to 0 elements: %+v", e)
+	}
+
+	// With session affinity (chain path), an endpoint change rewrites the svc chain.
+	svcs = []*v1.Service{mkSvc("a", "10.96.0.51", 80, affinity(60))}
+	old = render(Compile(svcs, slicesV1[:1], node), testPodCIDR)
+	cur = render(Compile(svcs, []*discoveryv1.EndpointSlice{mkSlice("a-1", "a", 8080, readyEP("10.244.1.4", "n1"))}, node), testPodCIDR)
+	if d := diffRulesets(old, cur); len(d.rewriteChains) == 0 || !strings.Contains(d.rewriteChains[len(d.rewriteChains)-1], "svc-") {
+		t.Fatalf("affinity endpoint change: %+v", d)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,8 +41,10 @@ type NftablesOptions struct {
 	Log     *logrus.Entry
 }
 
-// Nftables is the nftables backend: one `ip` table holding NAT chains, verdict maps keyed by
-// (address, protocol, port) and one chain per Service port, updated incrementally.
+// Nftables is the nftables backend: one `ip` table holding NAT chains, the flat sets and maps
+// that serve most ClusterIP frontends with elements alone, verdict maps keyed by (address,
+// protocol, port) and chains for the other Service ports (see renderPort), updated
+// incrementally.
 type Nftables struct {
 	opts NftablesOptions
 	tbl  *nftables.Table
@@ -54,6 +57,7 @@ type Nftables struct {
 	// render settles as it always did.
 	refs  *rulesetRefs
 	ports map[string]portState // by ServicePort.Key
+	send  sender
 }
 
 // portState is one Service port as last applied and what it rendered to.
@@ -76,7 +80,7 @@ func NewNftables(o NftablesOptions) *Nftables {
 	if o.Log == nil {
 		o.Log = logrus.NewEntry(logrus.StandardLogger())
 	}
-	return &Nftables{opts: o, tbl: &nftables.Table{Name: o.Table, Family: nftables.TableFamilyIPv4}}
+	return &Nftables{opts: o, tbl: &nftables.Table{Name: o.Table, Family: nftables.TableFamilyIPv4}, send: sender{netns: o.NetNSFd}}
 }
 
 func (n *Nftables) conn() (*nftables.Conn, error) { return nftconn.New(n.opts.NetNSFd) }
@@ -86,12 +90,36 @@ func (n *Nftables) conn() (*nftables.Conn, error) { return nftconn.New(n.opts.Ne
 //
 // The incremental path compares ds port by port with what was applied and renders only the
 // ports that differ, so one changed Service costs a walk over the ports (no rendering, no
-// allocation for the unchanged ones) plus a batch proportional to the change.
+// allocation for the unchanged ones) plus a batch proportional to the change; ApplyChanged
+// skips the walk.
 func (n *Nftables) Apply(ds DesiredState) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.apply(ds, nil)
+}
+
+// ApplyChanged is Apply for a caller that knows which ports may differ from the previous
+// call (keys, by ServicePort.Key; ds.Services sorted by Key as Compile makes it): it looks at
+// those alone instead of comparing every port.
+func (n *Nftables) ApplyChanged(ds DesiredState, keys []string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if keys == nil {
+		keys = []string{} // nil means "unknown" to apply
+	}
+	return n.apply(ds, keys)
+}
+
+// apply is Apply; keys, when not nil, are the only ports that may have changed.
+func (n *Nftables) apply(ds DesiredState, keys []string) error {
 	if n.applied != nil && n.refs != nil && n.refs.conflicts == 0 {
-		d, e, ok := n.patch(ds)
+		var changes []portChange
+		if keys != nil {
+			changes = n.changesOf(ds, keys)
+		} else {
+			changes = n.changes(ds)
+		}
+		d, e, ok := n.patch(ds, changes)
 		if ok {
 			if d.empty() && e.empty() {
 				return nil
@@ -133,29 +161,68 @@ func (n *Nftables) Apply(ds DesiredState) error {
 // renderPorts is render keeping each port's fragment and the reference counts, the starting
 // point of later incremental updates.
 func renderPorts(ds DesiredState, podCIDR netip.Prefix) (*ruleset, *rulesetRefs, map[string]portState) {
+	frags := make([]*fragment, len(ds.Services))
+	var flatEPs, hairpin int
+	for i, sp := range ds.Services {
+		frags[i] = renderPort(sp, podCIDR)
+		for _, ff := range frags[i].flat {
+			flatEPs += len(ff.eps)
+		}
+		hairpin += len(frags[i].hairpin)
+	}
+	// Sized up front: at 10,000 Services, growing these maps costs a tenth of a full sync.
 	rs, refs := newRuleset(), newRulesetRefs()
+	n := len(ds.Services)
+	rs.flatVIPs, refs.flatVIPs = make(map[vipKey]bool, n), make(map[vipKey]int, n)
+	rs.flatEPs, refs.flatEPs = make(map[flatKey]netip.AddrPort, flatEPs), make(map[flatKey]int, flatEPs)
+	rs.hairpin, refs.hairpin = make(map[netip.Addr]bool, hairpin), make(map[netip.Addr]int, hairpin)
+	rs.clusterIPs, refs.clusterIPs = make(map[netip.Addr]bool, n), make(map[netip.Addr]int, n)
 	ports := make(map[string]portState, len(ds.Services))
 	for _, ip := range ds.NodeIPs {
 		rs.nodeIPs[ip] = true
 	}
-	for _, sp := range ds.Services {
-		f := renderPort(sp, podCIDR)
-		f.mergeInto(rs, refs)
-		ports[sp.Key] = portState{sp: sp, f: f}
+	for i, sp := range ds.Services {
+		frags[i].mergeInto(rs, refs)
+		ports[sp.Key] = portState{sp: sp, f: frags[i]}
 	}
 	return rs, refs, ports
 }
 
-// patch turns n.applied into the ruleset of ds by taking out the fragments of the ports that
-// changed or went and merging in those of the ports that changed or came. It returns the
-// chain and element changes for the kernel; ok is false when the result holds a conflict, and
-// then only a full rebuild from n.applied is right.
-func (n *Nftables) patch(ds DesiredState) (d rulesetDiff, e elemDelta, ok bool) {
-	type change struct {
-		key string
-		old *portState
-		sp  *ServicePort
+// portChange is one port that changed, came (old nil) or went (sp nil).
+type portChange struct {
+	key string
+	old *portState
+	sp  *ServicePort
+}
+
+// changesOf lists the ports among keys that differ between n.ports and ds.
+func (n *Nftables) changesOf(ds DesiredState, keys []string) []portChange {
+	var changes []portChange
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		var sp *ServicePort
+		if i, found := slices.BinarySearchFunc(ds.Services, k, func(p ServicePort, k string) int { return strings.Compare(p.Key, k) }); found {
+			sp = &ds.Services[i]
+		}
+		old, found := n.ports[k]
+		switch {
+		case found && sp != nil && sameServicePort(old.sp, *sp):
+		case found:
+			changes = append(changes, portChange{key: k, old: &old, sp: sp})
+		case sp != nil:
+			changes = append(changes, portChange{key: k, sp: sp})
+		}
 	}
+	return changes
+}
+
+// changes compares every port of ds with n.ports.
+func (n *Nftables) changes(ds DesiredState) []portChange {
+	type change = portChange
 	var changes []change
 	matched := 0
 	for i := range ds.Services {
@@ -183,6 +250,14 @@ func (n *Nftables) patch(ds DesiredState) (d rulesetDiff, e elemDelta, ok bool) 
 			}
 		}
 	}
+	return changes
+}
+
+// patch turns n.applied into the ruleset of ds by taking out the fragments of the ports that
+// changed or went and merging in those of the ports that changed or came. It returns the
+// chain and element changes for the kernel; ok is false when the result holds a conflict, and
+// then only a full rebuild from n.applied is right.
+func (n *Nftables) patch(ds DesiredState, changes []portChange) (d rulesetDiff, e elemDelta, ok bool) {
 	rs, refs := n.applied, n.refs
 	nodeIPs := map[netip.Addr]bool{}
 	for _, ip := range ds.NodeIPs {
@@ -296,6 +371,7 @@ func (n *Nftables) drift(rs *ruleset) (string, error) {
 	// The static chains are few and hold the hooks: count their rules too (a flushed
 	// "services" chain disables every Service while leaving the table in place).
 	probe := newBatch(nil, n.tbl)
+	probe.podCIDR = n.opts.ClusterCIDR
 	for _, s := range staticChains() {
 		rules, err := c.GetRules(n.tbl, s.chain(n.tbl))
 		if err != nil {
@@ -305,14 +381,30 @@ func (n *Nftables) drift(rs *ruleset) (string, error) {
 			return fmt.Sprintf("chain %s has %d rules, want %d", s.name, len(rules), want), nil
 		}
 	}
-	els, err := c.GetSetElements(&nftables.Set{Table: n.tbl, Name: mapServiceIPs})
-	if err != nil {
-		return "map " + mapServiceIPs + " is missing", nil
-	}
-	if len(els) != len(rs.serviceIPs) {
-		return fmt.Sprintf("map %s has %d elements, want %d", mapServiceIPs, len(els), len(rs.serviceIPs)), nil
+	for _, m := range []struct {
+		name string
+		want int
+	}{
+		{mapServiceIPs, len(rs.serviceIPs)},
+		{setFlatVIPs, len(rs.flatVIPs)},
+	} {
+		els, err := c.GetSetElements(&nftables.Set{Table: n.tbl, Name: m.name})
+		if err != nil {
+			return "map " + m.name + " is missing", nil
+		}
+		if len(els) != m.want {
+			return fmt.Sprintf("map %s has %d elements, want %d", m.name, len(els), m.want), nil
+		}
 	}
 	return "", nil
+}
+
+// release closes the backend's netlink socket, leaving the kernel state in place; the next
+// Apply opens another. The socket holds its network namespace alive.
+func (n *Nftables) release() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.send.close()
 }
 
 // Cleanup deletes our table (and with it every chain, map and set).
@@ -320,6 +412,7 @@ func (n *Nftables) Cleanup() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.applied = nil
+	n.send.close()
 	c, err := n.conn()
 	if err != nil {
 		return err
@@ -340,8 +433,10 @@ type batch struct {
 	*nftconn.Batch
 	// out receives the messages the library would have sent, when the batch is sent by
 	// sendBatch rather than by the library (see newBatch).
-	out   *[]netlink.Message
-	netns int
+	out  *[]netlink.Message
+	send *sender
+	// podCIDR: sources outside it are masqueraded towards ClusterIPs (flat-class chains).
+	podCIDR netip.Prefix
 }
 
 func newBatch(c *nftables.Conn, tbl *nftables.Table) *batch {
@@ -363,7 +458,7 @@ func (n *Nftables) newBatch() (*batch, error) {
 		return nil, err
 	}
 	b := newBatch(c, n.tbl)
-	b.out, b.netns = out, n.opts.NetNSFd
+	b.out, b.send, b.podCIDR = out, &n.send, n.opts.ClusterCIDR
 	return b, nil
 }
 
@@ -381,7 +476,7 @@ func (b *batch) Flush() error {
 	}
 	msgs := *b.out
 	*b.out = nil
-	return sendBatch(b.netns, msgs)
+	return b.send.batch(msgs)
 }
 
 // sizeBuffers gives conn the socket buffers of the library's connections (internal/nftconn):
@@ -402,14 +497,50 @@ func sizeBuffers(conn *netlink.Conn) error {
 	return serr
 }
 
+// sender sends transactions over one netlink socket, opened at the first and kept: closing a
+// netfilter socket costs 7-15 ms (more than a one-Service change costs the kernel), opening
+// one in another network namespace a fraction of a millisecond. Used under Nftables.mu.
+type sender struct {
+	netns int // 0: ours
+	conn  *netlink.Conn
+}
+
+// batch sends one transaction; after a failure the socket is closed, so that no answer left
+// unread in it is taken for the answer to the next one.
+func (s *sender) batch(msgs []netlink.Message) error {
+	if s.conn == nil {
+		conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: s.netns})
+		if err != nil {
+			return fmt.Errorf("open netfilter netlink socket: %w", err)
+		}
+		if err := sizeBuffers(conn); err != nil {
+			conn.Close()
+			return fmt.Errorf("size netfilter netlink socket buffers: %w", err)
+		}
+		s.conn = conn
+	}
+	err := sendBatch(s.conn, msgs)
+	if err != nil {
+		s.close()
+	}
+	return err
+}
+
+func (s *sender) close() {
+	if s.conn != nil {
+		s.conn.Close()
+		s.conn = nil
+	}
+}
+
 // sendBatch sends one nftables transaction (msgs starts with the batch begin message and ends
-// with the batch end) to the network namespace netnsFd (0: ours) and waits for its outcome.
+// with the batch end) over conn and waits for its outcome.
 //
 // The kernel processes the whole batch while the send call runs and queues its answers:
 // an error for each message that failed, or one error for the batch when the commit failed,
 // and an acknowledgement for the messages that ask for one. Only the last message asks, so
 // its acknowledgement (or an error before it) ends the wait.
-func sendBatch(netnsFd int, msgs []netlink.Message) error {
+func sendBatch(conn *netlink.Conn, msgs []netlink.Message) error {
 	last := -1
 	for i := range msgs {
 		h := &msgs[i].Header
@@ -424,14 +555,6 @@ func sendBatch(netnsFd int, msgs []netlink.Message) error {
 		return nil
 	}
 	msgs[last].Header.Flags |= netlink.Acknowledge
-	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: netnsFd})
-	if err != nil {
-		return fmt.Errorf("open netfilter netlink socket: %w", err)
-	}
-	defer conn.Close()
-	if err := sizeBuffers(conn); err != nil {
-		return fmt.Errorf("size netfilter netlink socket buffers: %w", err)
-	}
 	sent, err := conn.SendMessages(msgs)
 	if err != nil {
 		return fmt.Errorf("send nftables batch: %w", err)
@@ -459,12 +582,17 @@ var (
 	vipType  = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
 	portType = nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
 	pairType = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr)
+	// The fourth field of a flat-endpoints key is numgen's result, a host-order u32 (type mark:
+	// nft cannot list a concatenation with a field of type integer).
+	flatEPKeyType = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeMark)
+	addrPortType  = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)
 )
 
 func (b *batch) addStaticSets() {
 	for _, s := range []*nftables.Set{
 		{Name: mapServiceIPs, IsMap: true, KeyType: vipType, DataType: nftables.TypeVerdict, Concatenation: true},
 		{Name: mapNodePorts, IsMap: true, KeyType: portType, DataType: nftables.TypeVerdict, Concatenation: true},
+		{Name: setFlatVIPs, KeyType: vipType, Concatenation: true},
 		{Name: setNoEPServices, KeyType: vipType, Concatenation: true},
 		{Name: setNoEPNodePorts, KeyType: portType, Concatenation: true},
 		{Name: setNodePortIPs, KeyType: nftables.TypeIPAddr},
@@ -472,6 +600,9 @@ func (b *batch) addStaticSets() {
 		{Name: setHairpin, KeyType: pairType, Concatenation: true},
 	} {
 		b.AddSet(s, nil)
+	}
+	for n := uint32(1); n <= maxFlatEndpoints; n++ {
+		b.AddSet(&nftables.Set{Name: flatMap(n), IsMap: true, KeyType: flatEPKeyType, DataType: addrPortType, Concatenation: true}, nil)
 	}
 }
 
@@ -497,6 +628,10 @@ type elemDelta struct {
 	serviceIPsAdd                      map[vipKey]string
 	nodePortsDel                       []portKey
 	nodePortsAdd                       map[portKey]string
+	flatVIPsDel                        []vipKey
+	flatVIPsAdd                        map[vipKey]bool
+	flatEPsDel                         []flatKey
+	flatEPsAdd                         map[flatKey]netip.AddrPort
 	noEPServicesDel                    []vipKey
 	noEPServicesAdd                    map[vipKey]bool
 	noEPNodePortsDel                   []portKey
@@ -507,6 +642,7 @@ type elemDelta struct {
 
 func (e elemDelta) empty() bool {
 	return len(e.serviceIPsDel)+len(e.serviceIPsAdd)+len(e.nodePortsDel)+len(e.nodePortsAdd)+
+		len(e.flatVIPsDel)+len(e.flatVIPsAdd)+len(e.flatEPsDel)+len(e.flatEPsAdd)+
 		len(e.noEPServicesDel)+len(e.noEPServicesAdd)+len(e.noEPNodePortsDel)+len(e.noEPNodePortsAdd)+
 		len(e.nodeIPsDel)+len(e.nodeIPsAdd)+len(e.clusterIPsDel)+len(e.clusterIPsAdd)+len(e.hairDel)+len(e.hairAdd) == 0
 }
@@ -515,11 +651,23 @@ func (d rulesetDiff) empty() bool {
 	return len(d.addChains)+len(d.rewriteChains)+len(d.delChains)+len(d.addSets)+len(d.delSets) == 0
 }
 
+// allElems is every element of rs, to add to empty sets: diffElems from an empty ruleset
+// without copying rs's maps.
+func allElems(rs *ruleset) elemDelta {
+	return elemDelta{
+		serviceIPsAdd: rs.serviceIPs, nodePortsAdd: rs.nodePorts, flatVIPsAdd: rs.flatVIPs, flatEPsAdd: rs.flatEPs,
+		noEPServicesAdd: rs.noEPServices, noEPNodePortsAdd: rs.noEPNodePorts,
+		nodeIPsAdd: rs.nodeIPs, clusterIPsAdd: rs.clusterIPs, hairAdd: rs.hairpin,
+	}
+}
+
 // diffElems compares the elements of every map and set of two whole rulesets.
 func diffElems(old, cur *ruleset) elemDelta {
 	var e elemDelta
 	e.serviceIPsDel, e.serviceIPsAdd = diffMap(old.serviceIPs, cur.serviceIPs)
 	e.nodePortsDel, e.nodePortsAdd = diffMap(old.nodePorts, cur.nodePorts)
+	e.flatVIPsDel, e.flatVIPsAdd = diffMap(old.flatVIPs, cur.flatVIPs)
+	e.flatEPsDel, e.flatEPsAdd = diffMap(old.flatEPs, cur.flatEPs)
 	e.noEPServicesDel, e.noEPServicesAdd = diffMap(old.noEPServices, cur.noEPServices)
 	e.noEPNodePortsDel, e.noEPNodePortsAdd = diffMap(old.noEPNodePorts, cur.noEPNodePorts)
 	e.nodeIPsDel, e.nodeIPsAdd = diffMap(old.nodeIPs, cur.nodeIPs)
@@ -570,6 +718,8 @@ func (t *touched[K, V]) delta() (del []K, add map[K]V) {
 type tracker struct {
 	serviceIPs    *touched[vipKey, string]
 	nodePorts     *touched[portKey, string]
+	flatVIPs      *touched[vipKey, bool]
+	flatEPs       *touched[flatKey, netip.AddrPort]
 	noEPServices  *touched[vipKey, bool]
 	noEPNodePorts *touched[portKey, bool]
 	clusterIPs    *touched[netip.Addr, bool]
@@ -579,6 +729,7 @@ type tracker struct {
 func newTracker(rs *ruleset) *tracker {
 	return &tracker{
 		serviceIPs: newTouched(rs.serviceIPs), nodePorts: newTouched(rs.nodePorts),
+		flatVIPs: newTouched(rs.flatVIPs), flatEPs: newTouched(rs.flatEPs),
 		noEPServices: newTouched(rs.noEPServices), noEPNodePorts: newTouched(rs.noEPNodePorts),
 		clusterIPs: newTouched(rs.clusterIPs), hairpin: newTouched(rs.hairpin),
 	}
@@ -590,6 +741,12 @@ func (t *tracker) touch(f *fragment) {
 	}
 	for _, e := range f.nodePorts {
 		t.nodePorts.touch(e.k)
+	}
+	for _, ff := range f.flat {
+		t.flatVIPs.touch(ff.k)
+		for i := range ff.eps {
+			t.flatEPs.touch(flatKey{ff.k, uint32(len(ff.eps)), uint32(i)})
+		}
 	}
 	for _, k := range f.noEPServices {
 		t.noEPServices.touch(k)
@@ -608,6 +765,8 @@ func (t *tracker) touch(f *fragment) {
 func (t *tracker) delta(e *elemDelta) {
 	e.serviceIPsDel, e.serviceIPsAdd = t.serviceIPs.delta()
 	e.nodePortsDel, e.nodePortsAdd = t.nodePorts.delta()
+	e.flatVIPsDel, e.flatVIPsAdd = t.flatVIPs.delta()
+	e.flatEPsDel, e.flatEPsAdd = t.flatEPs.delta()
 	e.noEPServicesDel, e.noEPServicesAdd = t.noEPServices.delta()
 	e.noEPNodePortsDel, e.noEPNodePortsAdd = t.noEPNodePorts.delta()
 	e.clusterIPsDel, e.clusterIPsAdd = t.clusterIPs.delta()
@@ -620,6 +779,13 @@ func (b *batch) elementOps(e elemDelta) {
 	b.Elems(mapServiceIPs, vipElems(nil, e.serviceIPsAdd), false)
 	b.Elems(mapNodePorts, portElems(e.nodePortsDel, nil), true)
 	b.Elems(mapNodePorts, portElems(nil, e.nodePortsAdd), false)
+	b.Elems(setFlatVIPs, vipElems(e.flatVIPsDel, nil), true)
+	b.Elems(setFlatVIPs, vipSetElems(e.flatVIPsAdd), false)
+	del, add := flatEPElems(e.flatEPsDel, e.flatEPsAdd)
+	for n := uint32(1); n <= maxFlatEndpoints; n++ {
+		b.Elems(flatMap(n), del[n], true)
+		b.Elems(flatMap(n), add[n], false)
+	}
 	b.Elems(setNoEPServices, vipElems(e.noEPServicesDel, nil), true)
 	b.Elems(setNoEPServices, vipSetElems(e.noEPServicesAdd), false)
 	b.Elems(setNoEPNodePorts, portElems(e.noEPNodePortsDel, nil), true)
@@ -654,6 +820,31 @@ func vipElems(keys []vipKey, m map[vipKey]string) []nftables.SetElement {
 	return out
 }
 
+// flatEPElems are the elements to delete and to add, by endpoint count (map). A key is the
+// frontend (as vipBytes) then the index as numgen writes it (host byte order); a value the
+// endpoint's address then its port in network order, padded to a register, where dnat reads
+// them. Their bytes share one allocation: a full sync has a hundred thousand of them.
+func flatEPElems(keys []flatKey, m map[flatKey]netip.AddrPort) (del, add map[uint32][]nftables.SetElement) {
+	del, add = map[uint32][]nftables.SetElement{}, map[uint32][]nftables.SetElement{}
+	arena := make([]byte, 0, 16*len(keys)+24*len(m))
+	key := func(k flatKey) []byte {
+		ip := k.vip.ip.As4()
+		i := native32(k.i)
+		arena = append(arena, ip[0], ip[1], ip[2], ip[3], k.vip.proto, 0, 0, 0, byte(k.vip.port>>8), byte(k.vip.port), 0, 0, i[0], i[1], i[2], i[3])
+		return arena[len(arena)-16 : len(arena) : len(arena)]
+	}
+	for _, k := range keys {
+		del[k.n] = append(del[k.n], nftables.SetElement{Key: key(k)})
+	}
+	for k, ap := range m {
+		kb := key(k)
+		ip := ap.Addr().As4()
+		arena = append(arena, ip[0], ip[1], ip[2], ip[3], byte(ap.Port()>>8), byte(ap.Port()), 0, 0)
+		add[k.n] = append(add[k.n], nftables.SetElement{Key: kb, Val: arena[len(arena)-8 : len(arena) : len(arena)]})
+	}
+	return del, add
+}
+
 func vipSetElems(m map[vipKey]bool) []nftables.SetElement {
 	var out []nftables.SetElement
 	for k := range m {
@@ -682,13 +873,19 @@ func portSetElems(m map[portKey]bool) []nftables.SetElement {
 }
 
 func addrElems(addrs []netip.Addr, pair bool) []nftables.SetElement {
-	var out []nftables.SetElement
+	size := 4
+	if pair {
+		size = 8
+	}
+	out := make([]nftables.SetElement, 0, len(addrs))
+	arena := make([]byte, 0, size*len(addrs)) // one allocation for every key
 	for _, a := range addrs {
-		k := nftconn.IPv4Bytes(a)
+		ip := a.As4()
+		arena = append(arena, ip[:]...)
 		if pair {
-			k = append(k, nftconn.IPv4Bytes(a)...)
+			arena = append(arena, ip[:]...)
 		}
-		out = append(out, nftables.SetElement{Key: k})
+		out = append(out, nftables.SetElement{Key: arena[len(arena)-size : len(arena) : len(arena)]})
 	}
 	return out
 }
@@ -716,7 +913,7 @@ func (n *Nftables) applyFull(rs *ruleset) error {
 	}
 	// Elements after the chains they name (verdict maps) and before the rules that bind the
 	// maps, so no element is checked against a rule it cannot affect.
-	b.elementOps(diffElems(newRuleset(), rs))
+	b.elementOps(allElems(rs))
 	for _, s := range staticChains() {
 		for _, r := range s.rules(b) {
 			c.AddRule(&nftables.Rule{Table: n.tbl, Chain: b.Chain(s.name), Exprs: r})
@@ -777,6 +974,7 @@ const (
 	reg1  = 1 // NFT_REG_1: 16 bytes, also NFT_REG32_00..03
 	reg32 = 9 // NFT_REG32_01: the second 4-byte slot of a concatenation
 	reg33 = 10
+	reg34 = 11 // NFT_REG32_03: the fourth 4-byte slot
 )
 
 func native32(v uint32) []byte { return binaryutil.NativeEndian.PutUint32(v) }
@@ -840,7 +1038,13 @@ func lookupVIP(set *nftables.Set, vmap bool) []expr.Any {
 	if vmap {
 		l.IsDestRegSet, l.DestRegister = true, 0
 	}
-	return []expr.Any{loadDaddr(reg1), loadL4proto(reg32), loadDport(reg33), l}
+	return append(lookupVIPKey(), l)
+}
+
+// lookupVIPKey loads the packet's frontend, ip daddr . meta l4proto . th dport, into the
+// first three slots of register 1.
+func lookupVIPKey() []expr.Any {
+	return []expr.Any{loadDaddr(reg1), loadL4proto(reg32), loadDport(reg33)}
 }
 
 func lookupPort(set *nftables.Set, vmap bool) []expr.Any {
@@ -901,6 +1105,7 @@ func staticChains() []staticChain {
 		{name: "filter-output-post-dnat", typ: nftables.ChainTypeFilter, hook: nftables.ChainHookOutput, priority: -90, rules: jump(chainClusterCheck)},
 		{name: chainServices, rules: func(b *batch) [][]expr.Any {
 			return [][]expr.Any{
+				cat(lookupVIP(b.Set(setFlatVIPs), false), []expr.Any{verdict(expr.VerdictGoto, chainFlat)}),
 				lookupVIP(b.Set(mapServiceIPs), true),
 				cat(daddrInSet(b.Set(setNodePortIPs)), lookupPort(b.Set(mapNodePorts), true)),
 			}
@@ -925,6 +1130,7 @@ func staticChains() []staticChain {
 		{name: chainClusterCheck, rules: func(b *batch) [][]expr.Any {
 			return [][]expr.Any{cat(daddrInSet(b.Set(setClusterIPs)), []expr.Any{verdict(expr.VerdictGoto, chainReject)})}
 		}},
+		{name: chainFlat, rules: flatRules},
 		{name: chainReject, rules: func(*batch) [][]expr.Any {
 			return [][]expr.Any{
 				cat(l4protoIs(protoTCP), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}),
@@ -932,6 +1138,24 @@ func staticChains() []staticChain {
 			}
 		}},
 	}
+}
+
+// flatRules are the rules of chain flat-services (see renderPort): masquerade sources outside
+// the pod CIDR, as a svc- chain does, then one DNAT per endpoint count n, to endpoint `numgen
+// random mod n` of the frontend in flat-endpoints-<n>. The key fills register 1 (address,
+// protocol, port, index); the endpoint's address and port land in its first two 4-byte slots,
+// where dnat reads them. A frontend with another count is not in the map: it falls through.
+func flatRules(b *batch) [][]expr.Any {
+	rules := [][]expr.Any{cat(saddrIn(b.podCIDR, true), []expr.Any{verdict(expr.VerdictJump, chainMarkMasq)})}
+	for n := 1; n <= maxFlatEndpoints; n++ {
+		eps := b.Set(flatMap(uint32(n)))
+		rules = append(rules, cat(lookupVIPKey(), []expr.Any{
+			&expr.Numgen{Register: reg34, Modulus: uint32(n), Type: unix.NFT_NG_RANDOM},
+			&expr.Lookup{SourceRegister: reg1, SetName: eps.Name, SetID: eps.ID, IsDestRegSet: true, DestRegister: reg1},
+			dnat(),
+		}))
+	}
+	return rules
 }
 
 // addRules queues the rules of one dynamic chain.

@@ -1,6 +1,7 @@
 package services
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -198,5 +199,109 @@ func TestNftablesDataplane(t *testing.T) {
 		if out := inNS(t, tp.host, "nft", "list", "tables"); strings.Contains(out, "flotilla") {
 			t.Fatalf("table left: %s", out)
 		}
+	})
+}
+
+// TestNftablesFlatPath sends real connections through ClusterIP Services on the flat path
+// (no session affinity, a few endpoints: set and map elements, no per-Service chain): new
+// connections spread over every endpoint, an endpoint change moves them at once, sources
+// outside the pod CIDR are masqueraded and pods keep theirs, and a Service moving to the chain
+// path (session affinity) and back keeps answering.
+func TestNftablesFlatPath(t *testing.T) {
+	tp := setupTopo(t)
+	serve(t, tp.podA, podAIP+":8080", "a")
+	serve(t, tp.podA, podAIP+":8081", "a2")
+	serve(t, tp.podB, podBIP+":8080", "b")
+	be := NewNftables(NftablesOptions{Table: "flotilla", NetNSFd: tp.hostFd, Log: logrus.NewEntry(logrus.New())})
+	t.Cleanup(func() { _ = be.Cleanup() })
+	node := mkNode("n1", hostIP)
+	apply := func(t *testing.T, svc *v1.Service, eps ...ep) {
+		t.Helper()
+		var ports []*discoveryv1.EndpointSlice
+		// One slice per target port: a2 listens on 8081.
+		byPort := map[int32][]ep{}
+		for _, e := range eps {
+			port := int32(8080)
+			if e.ip == "a2" {
+				port, e.ip = 8081, podAIP
+			}
+			byPort[port] = append(byPort[port], e)
+		}
+		for port, es := range byPort {
+			ports = append(ports, mkSlice(fmt.Sprintf("web-%d", port), "web", port, es...))
+		}
+		if err := be.Apply(Compile([]*v1.Service{svc}, ports, node)); err != nil {
+			t.Fatalf("apply: %v", err)
+		}
+	}
+	// spread dials addr from ns until every endpoint of want answered (at most 40 connections
+	// per endpoint: missing one of three by chance has a probability below 1e-7) and checks
+	// that no other answered and that each saw the expected source address (by endpoint).
+	spread := func(t *testing.T, ns string, want map[string]string) {
+		t.Helper()
+		seen := map[string]bool{}
+		for i := 0; i < 40*len(want) && len(seen) < len(want); i++ {
+			got, err := dial(t, ns, "10.96.0.60:80", 2*time.Second)
+			if err != nil {
+				t.Fatalf("dial from %s: %v\n%s", ns, err, inNS(t, tp.host, "nft", "list", "table", "ip", "flotilla"))
+			}
+			f := strings.Fields(got)
+			src, ok := want[f[0]]
+			if !ok || f[1] != src {
+				t.Fatalf("from %s: %q answered, want one of %v (endpoint: source)", ns, got, want)
+			}
+			seen[f[0]] = true
+		}
+		if len(seen) != len(want) {
+			t.Fatalf("from %s: %d connections reached only %v of %v", ns, 40*len(want), seen, want)
+		}
+	}
+	web := mkSvc("web", "10.96.0.60", 80)
+	const masq = "10.244.1.1" // the host's address towards the pods
+
+	apply(t, web, readyEP(podAIP, "n1"), readyEP("a2", "n1"), readyEP(podBIP, "n1"))
+	t.Run("served by the flat maps, not a chain", func(t *testing.T) {
+		out := inNS(t, tp.host, "nft", "list", "table", "ip", "flotilla")
+		if !strings.Contains(out, "10.96.0.60 . tcp . 80") || strings.Contains(out, "chain svc-") {
+			t.Fatalf("want the frontend in the flat maps and no svc chain:\n%s", out)
+		}
+	})
+	t.Run("three endpoints: the host's connections reach all, masqueraded", func(t *testing.T) {
+		spread(t, tp.host, map[string]string{"a": masq, "a2": masq, "b": masq})
+	})
+	t.Run("from outside the pod CIDR: masqueraded", func(t *testing.T) {
+		spread(t, tp.client, map[string]string{"a": masq, "a2": masq, "b": masq})
+	})
+	t.Run("from a pod: its address is kept, except towards itself (hairpin)", func(t *testing.T) {
+		spread(t, tp.podB, map[string]string{"a": podBIP, "a2": podBIP, "b": masq})
+	})
+	t.Run("one endpoint left: every connection goes to it", func(t *testing.T) {
+		apply(t, web, readyEP(podBIP, "n1"))
+		for i := 0; i < 10; i++ {
+			if got, err := dial(t, tp.podA, "10.96.0.60:80", 2*time.Second); err != nil || got != "b "+podAIP {
+				t.Fatalf("connection %d: got %q, %v; want %q", i, got, err, "b "+podAIP)
+			}
+		}
+	})
+	t.Run("two endpoints: connections spread over those two only", func(t *testing.T) {
+		apply(t, web, readyEP("a2", "n1"), readyEP(podBIP, "n1"))
+		spread(t, tp.host, map[string]string{"a2": masq, "b": masq})
+	})
+	t.Run("to session affinity (chain path) and back", func(t *testing.T) {
+		apply(t, mkSvc("web", "10.96.0.60", 80, affinity(60)), readyEP(podAIP, "n1"), readyEP(podBIP, "n1"))
+		first, err := dial(t, tp.host, "10.96.0.60:80", 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 10; i++ {
+			if got, err := dial(t, tp.host, "10.96.0.60:80", 2*time.Second); err != nil || got != first {
+				t.Fatalf("with affinity, connection %d: got %q, %v; want %q", i, got, err, first)
+			}
+		}
+		apply(t, web, readyEP(podAIP, "n1"), readyEP(podBIP, "n1"))
+		if out := inNS(t, tp.host, "nft", "list", "table", "ip", "flotilla"); strings.Contains(out, "chain svc-") || strings.Contains(out, "aff-") {
+			t.Fatalf("chain path left behind:\n%s", out)
+		}
+		spread(t, tp.host, map[string]string{"a": masq, "b": masq})
 	})
 }

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -114,6 +116,9 @@ type syncBackend interface {
 
 // run keeps backend in sync with the informers until ctx ends; cfg has its defaults filled.
 func run(ctx context.Context, client kubernetes.Interface, cfg Config, backend syncBackend, log *logrus.Entry) error {
+	if r, ok := backend.(interface{ release() }); ok {
+		defer r.release()
+	}
 	factory, nodeFactory := cfg.Informers, cfg.Informers
 	if factory == nil {
 		factory = informers.NewSharedInformerFactory(client, 0)
@@ -139,13 +144,28 @@ func run(ctx context.Context, client kubernetes.Interface, cfg Config, backend s
 		n, ok := obj.(*v1.Node)
 		return ok && n.Name == cfg.NodeName
 	}}
-	remove, err := kick.AddHandlers(kick.On{Informer: svcInf.Informer(), Handler: h}, kick.On{Informer: epsInf.Informer(), Handler: h},
-		kick.On{Informer: nodeInf.Informer(), Handler: ownNode})
+	// Service and EndpointSlice events are recorded, then kick the loop: a sync woken by a kick
+	// finds the change recorded (handlers of one informer run concurrently: one handler does both).
+	ch := newChanges(k.Poke)
+	remove, err := kick.AddHandlers(kick.On{Informer: nodeInf.Informer(), Handler: ownNode})
 	if err != nil {
 		return fmt.Errorf("services proxy: add event handler: %w", err)
 	}
 	// A shared informer outlives Run: leave nothing behind that pokes a dead loop.
 	defer remove()
+	for _, on := range []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{{svcInf.Informer(), ch.serviceHandler()}, {epsInf.Informer(), ch.sliceHandler()}} {
+		reg, err := on.inf.AddEventHandler(on.h)
+		if err != nil {
+			return fmt.Errorf("services proxy: add event handler: %w", err)
+		}
+		defer func() { _ = on.inf.RemoveEventHandler(reg) }()
+		// Until the handlers have seen every object (a shared informer replays them to a late
+		// handler), the index of EndpointSlices may miss some: sync lists everything.
+		ch.synced = append(ch.synced, reg.HasSynced)
+	}
 	factory.Start(ctx.Done())
 	nodeFactory.Start(ctx.Done())
 	// Applying before the caches are full would briefly remove every Service.
@@ -153,27 +173,17 @@ func run(ctx context.Context, client kubernetes.Interface, cfg Config, backend s
 		return ctx.Err()
 	}
 
-	// One Compiler for the loop: each event recompiles only the Services whose objects changed.
-	compiler := &Compiler{}
-	desired := func() (DesiredState, error) {
-		return desiredFrom(compiler, svcInf.Lister(), epsInf.Lister(), nodeInf.Lister(), cfg.NodeName)
-	}
-	sync := func(full bool) error {
-		ds, err := desired()
+	sy := &syncer{backend: backend, compiler: &Compiler{}, svcs: svcInf.Lister(), eps: epsInf.Lister(), nodes: nodeInf.Lister(), nodeName: cfg.NodeName, changes: ch}
+	syncOnce := func(full bool) error {
+		ds, took, err := sy.sync(full)
+		if ds == nil {
+			return err
+		}
+		recordSync(backend, full, *ds, took, err)
 		if err != nil {
 			return err
 		}
-		start := time.Now()
-		if full {
-			err = backend.Resync(ds)
-		} else {
-			err = backend.Apply(ds)
-		}
-		recordSync(backend, full, ds, time.Since(start), err)
-		if err != nil {
-			return err
-		}
-		log.WithFields(logrus.Fields{"servicePorts": len(ds.Services), "resync": full, "took": time.Since(start).Round(time.Millisecond)}).Debug("dataplane synced")
+		log.WithFields(logrus.Fields{"servicePorts": len(ds.Services), "resync": full, "took": took.Round(time.Millisecond)}).Debug("dataplane synced")
 		return nil
 	}
 
@@ -183,7 +193,7 @@ func run(ctx context.Context, client kubernetes.Interface, cfg Config, backend s
 	backoff := time.Second
 	full := true
 	for {
-		if err := sync(full); err != nil {
+		if err := syncOnce(full); err != nil {
 			log.WithError(err).WithField("retryIn", backoff).Error("service dataplane sync failed")
 			retry = time.After(backoff)
 			backoff = min(backoff*2, 30*time.Second)
@@ -199,6 +209,176 @@ func run(ctx context.Context, client kubernetes.Interface, cfg Config, backend s
 		case <-resync.C:
 			full = true
 		}
+	}
+}
+
+// syncer computes the desired state and applies it: after a change, only the Services the
+// informers' events named (changes) are recompiled and compared, when the backend can take
+// such a partial update (changeApplier); otherwise, and for full syncs, everything is listed.
+type syncer struct {
+	backend  syncBackend
+	compiler *Compiler // one for the loop: each sync recompiles only what changed
+	svcs     corelisters.ServiceLister
+	eps      discoverylisters.EndpointSliceLister
+	nodes    corelisters.NodeLister
+	nodeName string
+	changes  *changes
+	listed   bool // a sync listed everything since the last failure: changes may follow
+}
+
+// changeApplier is a Backend that can apply a DesiredState knowing which ports may have
+// changed since its previous Apply (by ServicePort.Key).
+type changeApplier interface {
+	ApplyChanged(ds DesiredState, keys []string) error
+}
+
+// sync applies the current state (full: repairing drift) and returns what it applied and how
+// long the backend took, or a nil state when it failed before applying anything.
+func (s *syncer) sync(full bool) (_ *DesiredState, took time.Duration, _ error) {
+	// The Node's addresses are read on every sync; which endpoints are local depends only on
+	// its name, which does not change: Node events need no recompiling.
+	dirty := s.changes.take()
+	if ca, ok := s.backend.(changeApplier); ok && s.listed && !full && s.changes.ready() {
+		ds, keys, ok := s.compiler.compileChanged(dirty, s.get, s.node())
+		if ok {
+			start := time.Now()
+			err := ca.ApplyChanged(ds, keys)
+			if err != nil {
+				s.listed = false
+			}
+			return &ds, time.Since(start), err
+		}
+	}
+	// Events taken above are covered by the lists below.
+	ds, err := desiredFrom(s.compiler, s.svcs, s.eps, s.nodes, s.nodeName)
+	if err != nil {
+		s.listed = false
+		return nil, 0, err
+	}
+	start := time.Now()
+	if full {
+		err = s.backend.Resync(ds)
+	} else {
+		err = s.backend.Apply(ds)
+	}
+	s.listed = err == nil
+	return &ds, time.Since(start), err
+}
+
+// node is this host's Node, or a stand-in with its name when it is not registered yet.
+func (s *syncer) node() *v1.Node {
+	node, err := s.nodes.Get(s.nodeName)
+	if err != nil {
+		node = &v1.Node{}
+		node.Name = s.nodeName
+	}
+	return node
+}
+
+// get is one Service (nil when gone) and its EndpointSlices, from the caches.
+func (s *syncer) get(k nsName) (*v1.Service, []*discoveryv1.EndpointSlice) {
+	svc, err := s.svcs.Services(k.ns).Get(k.name)
+	if err != nil {
+		svc = nil
+	}
+	return svc, s.changes.slicesOf(k)
+}
+
+// changes records, from the informers' events, which Services may have changed since the
+// last sync, and indexes the EndpointSlices by Service: a sync after one event then looks at
+// one Service instead of listing, compiling and comparing all of them (at 10,000 Services,
+// the walk alone costs tens of milliseconds). Handlers run on the informers' goroutines.
+type changes struct {
+	mu     sync.Mutex
+	dirty  map[nsName]bool
+	slices map[nsName]map[string]*discoveryv1.EndpointSlice
+	poke   func() // called after recording a change
+	synced []func() bool
+}
+
+// ready reports whether the handlers have seen every object of the caches.
+func (c *changes) ready() bool {
+	for _, f := range c.synced {
+		if !f() {
+			return false
+		}
+	}
+	return true
+}
+
+func newChanges(poke func()) *changes {
+	return &changes{dirty: map[nsName]bool{}, slices: map[nsName]map[string]*discoveryv1.EndpointSlice{}, poke: poke}
+}
+
+// take returns the Services changed since the previous take.
+func (c *changes) take() map[nsName]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := c.dirty
+	c.dirty = map[nsName]bool{}
+	return d
+}
+
+func (c *changes) slicesOf(k nsName) []*discoveryv1.EndpointSlice {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*discoveryv1.EndpointSlice, 0, len(c.slices[k]))
+	for _, s := range c.slices[k] {
+		out = append(out, s)
+	}
+	return out
+}
+
+func unwrap(obj any) any {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return d.Obj
+	}
+	return obj
+}
+
+func (c *changes) serviceHandler() cache.ResourceEventHandlerFuncs {
+	mark := func(obj any) {
+		if svc, ok := unwrap(obj).(*v1.Service); ok {
+			c.mu.Lock()
+			c.dirty[nsName{svc.Namespace, svc.Name}] = true
+			c.mu.Unlock()
+			c.poke()
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{AddFunc: mark, UpdateFunc: func(_, obj any) { mark(obj) }, DeleteFunc: mark}
+}
+
+func (c *changes) sliceHandler() cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.slice(nil, obj) },
+		UpdateFunc: func(old, obj any) { c.slice(old, obj) },
+		DeleteFunc: func(obj any) { c.slice(obj, nil) },
+	}
+}
+
+// slice records that an EndpointSlice went from old to cur (either may be nil): both
+// versions' Services changed (the service-name label may have changed).
+func (c *changes) slice(old, cur any) {
+	c.mu.Lock()
+	defer func() {
+		c.mu.Unlock()
+		c.poke()
+	}()
+	if s, ok := unwrap(old).(*discoveryv1.EndpointSlice); ok {
+		k := nsName{s.Namespace, s.Labels[discoveryv1.LabelServiceName]}
+		delete(c.slices[k], s.Name)
+		if len(c.slices[k]) == 0 {
+			delete(c.slices, k)
+		}
+		c.dirty[k] = true
+	}
+	if s, ok := unwrap(cur).(*discoveryv1.EndpointSlice); ok {
+		k := nsName{s.Namespace, s.Labels[discoveryv1.LabelServiceName]}
+		if c.slices[k] == nil {
+			c.slices[k] = map[string]*discoveryv1.EndpointSlice{}
+		}
+		c.slices[k][s.Name] = s
+		c.dirty[k] = true
 	}
 }
 

@@ -2,7 +2,9 @@ package services
 
 import (
 	"context"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 )
 
@@ -126,4 +129,93 @@ func TestRunAgainstAPIServer(t *testing.T) {
 	}
 	eventually("NodePort on the new address", tp.client, "10.213.0.3:30080", answers("a "))
 	eventually("NodePort gone from the old address", tp.client, hostIP+":30080", func(_ string, err error) bool { return err != nil })
+}
+
+// changesBackend records what the loop gives it, through Apply or ApplyChanged.
+type changesBackend struct {
+	mu      sync.Mutex
+	ds      DesiredState
+	changed int // ApplyChanged calls
+}
+
+func (b *changesBackend) Apply(ds DesiredState) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ds = ds
+	b.ds.Services = slices.Clone(ds.Services) // ApplyChanged's ds is only valid during the call
+	return nil
+}
+func (b *changesBackend) Resync(ds DesiredState) error { return b.Apply(ds) }
+func (b *changesBackend) Cleanup() error               { return nil }
+func (b *changesBackend) ApplyChanged(ds DesiredState, _ []string) error {
+	b.mu.Lock()
+	b.changed++
+	b.mu.Unlock()
+	return b.Apply(ds)
+}
+
+// endpoints is "key: ip:port ..." for every Service port, and how many ApplyChanged calls.
+func (b *changesBackend) endpoints() (string, int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, sp := range b.ds.Services {
+		s := sp.Key + ":"
+		for _, e := range sp.ClusterEndpoints {
+			s += " " + e.String()
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, "; "), b.changed
+}
+
+// TestRunAppliesEventsIncrementally runs the sync loop on a fake API: after the first full
+// sync, Service and EndpointSlice events reach the backend as partial updates (ApplyChanged)
+// whose state equals what listing everything gives.
+func TestRunAppliesEventsIncrementally(t *testing.T) {
+	client := fake.NewClientset(mkNode("n1", "10.213.0.2"), mkSvc("web", "10.96.0.50", 80),
+		mkSlice("web-1", "web", 8080, readyEP("10.244.0.5", "n1")))
+	be := &changesBackend{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, client, Config{NodeName: "n1", ResyncPeriod: time.Hour}, be, logrus.NewEntry(logrus.StandardLogger()))
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	wait := func(want string, incremental bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got, n := be.endpoints()
+			if got == want && (!incremental || n > 0) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("backend has %q (%d partial updates), want %q", got, n, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	wait("default/web/80/TCP: 10.244.0.5:8080", false)
+	ctx2 := context.Background()
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(ctx2, mkSlice("web-1", "web", 8080, readyEP("10.244.0.6", "n1"), readyEP("10.244.0.7", "n2")), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait("default/web/80/TCP: 10.244.0.6:8080 10.244.0.7:8080", true)
+	if _, err := client.CoreV1().Services("default").Create(ctx2, mkSvc("api", "10.96.0.40", 443), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Create(ctx2, mkSlice("api-1", "api", 6443, readyEP("10.244.0.8", "n1")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait("default/api/443/TCP: 10.244.0.8:6443; default/web/80/TCP: 10.244.0.6:8080 10.244.0.7:8080", true)
+	if err := client.CoreV1().Services("default").Delete(ctx2, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait("default/api/443/TCP: 10.244.0.8:6443", true)
 }
