@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/flotilla-dev/flotilla/internal/gitremote"
+	"github.com/flotilla-dev/flotilla/internal/kubeclient"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 )
@@ -464,7 +465,7 @@ func (c *Controller) applierFor(gs *v1alpha1.GitSource) (a *Applier, refusal str
 	if err != nil {
 		return nil, "", fmt.Errorf("client for ServiceAccount %s: %w", key, err)
 	}
-	kube, err := kubernetes.NewForConfig(rc)
+	kube, err := kubeclient.New(rc)
 	if err != nil {
 		return nil, "", fmt.Errorf("client for ServiceAccount %s: %w", key, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/flotilla-dev/flotilla/internal/kubeclient"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 )
 
@@ -39,7 +40,7 @@ func RunWarm(ctx context.Context, cfg *rest.Config, wc WarmConfig) error {
 	if wc.Tick <= 0 {
 		wc.Tick = 5 * time.Second
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := kubeclient.New(cfg)
 	if err != nil {
 		return fmt.Errorf("warm clone client: %w", err)
 	}

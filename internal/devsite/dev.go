@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/flotilla-dev/flotilla/gitsync"
+	"github.com/flotilla-dev/flotilla/internal/kubeclient"
 )
 
 // Dev is what `flotilla dev` does with a site directory: bring a site up, take it down,
@@ -256,7 +257,7 @@ func clientFor(kubeconfig string) (*kubernetes.Clientset, error) {
 		return nil, err
 	}
 	cfg.Timeout = 10 * time.Second
-	return kubernetes.NewForConfig(cfg)
+	return kubeclient.New(cfg)
 }
 
 func readyNodeCount(ctx context.Context, c kubernetes.Interface) (int, error) {
@@ -369,7 +370,7 @@ func (o *Dev) tokenPath() string { return filepath.Join(o.Dir, "webhook-token") 
 // `flotilla dev notify`, which signs and sends the push event as a git server would.
 func (o *Dev) installPushHook(ctx context.Context, cfg *rest.Config, bare string) error {
 	token := randHex(16)
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := kubeclient.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/flotilla-dev/flotilla/gitsync"
+	"github.com/flotilla-dev/flotilla/internal/kubeclient"
 	"github.com/flotilla-dev/flotilla/internal/logging"
 	"github.com/flotilla-dev/flotilla/nodes/membership"
 	"github.com/flotilla-dev/flotilla/policies"
@@ -98,7 +99,7 @@ func (h *Host) startAPI() error {
 		h.apiErr = server.Run(h.runCtx)
 		close(h.apiStopped)
 	}()
-	if h.apiClient, err = kubernetes.NewForConfig(server.Loopback); err != nil {
+	if h.apiClient, err = kubeclient.New(server.Loopback); err != nil {
 		return err
 	}
 	if err := h.waitReady(); err != nil {
@@ -233,7 +234,7 @@ func (h *Host) startControllers() error {
 			}()
 		}
 	}
-	kube, err := kubernetes.NewForConfig(h.ids.controllerManager)
+	kube, err := kubeclient.New(h.ids.controllerManager)
 	if err != nil {
 		return err
 	}

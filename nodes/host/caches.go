@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 
+	"github.com/flotilla-dev/flotilla/internal/kubeclient"
 	"github.com/flotilla-dev/flotilla/internal/slim"
 	"github.com/flotilla-dev/flotilla/nodes/agent"
 	"github.com/flotilla-dev/flotilla/nodes/checkpoint"
@@ -41,7 +41,7 @@ func (h *Host) startIdentities() error {
 	} else if err := h.workerIdentities(); err != nil {
 		return err
 	}
-	cs, err := kubernetes.NewForConfig(h.ids.node)
+	cs, err := kubeclient.New(h.ids.node)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/flotilla-dev/flotilla/internal/kubeclient"
 	"github.com/flotilla-dev/flotilla/nodes/certrotation"
 	"github.com/flotilla-dev/flotilla/reconciler/authz/rbac"
 )
@@ -63,7 +64,7 @@ func (h *Host) workerCertRequests() []workerCert {
 // startWorkerRotation starts renewing the worker's client and serving certificates; the
 // requests are filed through node, the node identity.
 func (h *Host) startWorkerRotation(node *rest.Config, client, serving *certrotation.FileStore) error {
-	newClient := func() (kubernetes.Interface, error) { return kubernetes.NewForConfig(node) }
+	newClient := func() (kubernetes.Interface, error) { return kubeclient.New(node) }
 	stores := map[string]*certrotation.FileStore{"client": client, "serving": serving}
 	for _, c := range h.workerCertRequests() {
 		c.store = stores[c.purpose]

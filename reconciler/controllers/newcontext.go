@@ -9,7 +9,6 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/flotilla-dev/flotilla/internal/kubeclient"
 	"github.com/flotilla-dev/flotilla/internal/slim"
 )
 
@@ -31,7 +31,7 @@ func (c *Context) forController(cfg *rest.Config) (*Context, error) {
 	out := *c
 	out.Config = cfg
 	var err error
-	if out.Client, err = kubernetes.NewForConfig(cfg); err != nil {
+	if out.Client, err = kubeclient.New(cfg); err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	if out.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
@@ -55,7 +55,7 @@ func NewContext(cfg *rest.Config) (*Context, error) {
 	if cfg.Burst == 0 {
 		cfg.Burst = 100
 	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := kubeclient.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}

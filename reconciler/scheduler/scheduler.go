@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/flotilla-dev/flotilla/internal/kubeclient"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 )
 
@@ -129,7 +130,7 @@ func New(c *controllers.Context, opts Options) (*Scheduler, error) {
 	if c.Config != nil {
 		cfg := rest.CopyConfig(c.Config)
 		cfg.QPS, cfg.Burst = opts.ClientQPS, opts.ClientBurst
-		cl, err := kubernetes.NewForConfig(cfg)
+		cl, err := kubeclient.New(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("scheduler client: %w", err)
 		}
