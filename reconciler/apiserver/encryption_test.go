@@ -62,6 +62,9 @@ func wantEncrypted(t *testing.T, etcd *clientv3.Client, name, keyName, value str
 // site-v1) and Secrets stored before, in clear, still read; an EncryptionConfiguration file
 // with a new key first and the site key second (the rotation) reads both and writes with the
 // new key.
+// protobufMagic starts what the API server stores of built-in kinds.
+var protobufMagic = []byte("k8s\x00")
+
 func TestSecretsEncryptedAtRest(t *testing.T) {
 	etcdURL, etcd := startTestEtcd(t)
 	key := bytes.Repeat([]byte{7}, 32)
@@ -69,8 +72,8 @@ func TestSecretsEncryptedAtRest(t *testing.T) {
 	// Before encryption: in clear.
 	client, stop := startTestServer(t, etcdURL, nil)
 	createSecret(t, client, "old", "clear-value-1")
-	if raw := rawSecret(t, etcd, "default", "old"); !bytes.HasPrefix(raw, []byte("{")) {
-		t.Fatalf("Secret stored without encryption starts %q", raw[:min(len(raw), 40)])
+	if raw := rawSecret(t, etcd, "default", "old"); !bytes.HasPrefix(raw, protobufMagic) || !bytes.Contains(raw, []byte("clear-value-1")) {
+		t.Fatalf("Secret stored without encryption starts %q, want protobuf in clear", raw[:min(len(raw), 40)])
 	}
 	stop()
 
@@ -88,8 +91,16 @@ func TestSecretsEncryptedAtRest(t *testing.T) {
 	if _, err := client.CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if resp, err := etcd.Get(context.Background(), testEtcdPrefix+"/configmaps/default/plain"); err != nil || len(resp.Kvs) != 1 || !bytes.HasPrefix(resp.Kvs[0].Value, []byte("{")) {
+	if resp, err := etcd.Get(context.Background(), testEtcdPrefix+"/configmaps/default/plain"); err != nil || len(resp.Kvs) != 1 || !bytes.HasPrefix(resp.Kvs[0].Value, protobufMagic) {
 		t.Errorf("ConfigMap in etcd: %v %v", resp, err)
+	}
+	// A ConfigMap an earlier version stored as JSON still reads.
+	if _, err := etcd.Put(context.Background(), testEtcdPrefix+"/configmaps/default/from-json",
+		`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"from-json","namespace":"default","uid":"6d3c1e2a-0000-4000-8000-000000000001","creationTimestamp":"2026-01-01T00:00:00Z"},"data":{"k":"stored as JSON"}}`); err != nil {
+		t.Fatal(err)
+	}
+	if cm, err := client.CoreV1().ConfigMaps("default").Get(context.Background(), "from-json", metav1.GetOptions{}); err != nil || cm.Data["k"] != "stored as JSON" {
+		t.Errorf("ConfigMap stored as JSON: %v %v", cm, err)
 	}
 	stop()
 

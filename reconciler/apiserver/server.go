@@ -34,12 +34,12 @@ import (
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
 	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
 
+	"github.com/flotilla-dev/flotilla/internal/kubeclient"
 	"github.com/flotilla-dev/flotilla/internal/slim"
 	flotillav1alpha1 "github.com/flotilla-dev/flotilla/reconciler/apiserver/apis/flotilla/v1alpha1"
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/openapi"
@@ -160,7 +160,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("configure serving on %s:%d: %w", cfg.BindAddress, cfg.Port, err)
 	}
 
-	client, err := kubernetes.NewForConfig(gc.LoopbackClientConfig)
+	client, err := kubeclient.New(gc.LoopbackClientConfig)
 	if err != nil {
 		return nil, fmt.Errorf("loopback client: %w", err)
 	}
@@ -201,8 +201,17 @@ func New(cfg Config) (*Server, error) {
 	resourceConfig := serverstorage.NewResourceConfig()
 	resourceConfig.EnableVersions(servedGroupVersions()...)
 	gc.MergedResourceConfig = resourceConfig
-	factory := serverstorage.NewDefaultStorageFactory(etcdOpts.StorageConfig, runtime.ContentTypeJSON, codecs,
+	// Built-in kinds are stored in protobuf, as kube-apiserver stores them: every write encodes
+	// the object and every read and watch event decodes it, several times faster than JSON.
+	// Objects written as JSON by earlier versions stay readable (the storage decoder recognizes
+	// both), and so does protobuf by them. flotilla.dev kinds have no protobuf encoding.
+	factory := serverstorage.NewDefaultStorageFactory(etcdOpts.StorageConfig, runtime.ContentTypeProtobuf, codecs,
 		serverstorage.NewDefaultResourceEncodingConfigForEffectiveVersion(scheme, gc.EffectiveVersion), resourceConfig, nil)
+	for _, r := range servedResources() {
+		if r.gv.Group == flotillav1alpha1.GroupName {
+			factory.SetSerializer(r.groupResource(), runtime.ContentTypeJSON, nil)
+		}
+	}
 	// Upstream stores core and events.k8s.io Events once and converts between them; without
 	// internal types to convert through, each API keeps its own keys.
 	factory.SetResourceEtcdPrefix(schema.GroupResource{Group: "events.k8s.io", Resource: "events"}, "events.k8s.io/events")

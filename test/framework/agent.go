@@ -168,8 +168,26 @@ func StartAgent(t testing.TB, o AgentOptions) *Agent {
 		// namespace of their own (see internal/devsite).
 		"--pods=false", "--proxy=false"}, o.Extra...)
 	a.start()
-	t.Cleanup(func() { a.Stop() })
+	t.Cleanup(func() {
+		// A failing test shows why the API stopped answering, if it did.
+		if t.Failed() {
+			state := "running"
+			select {
+			case <-a.exited:
+				state = fmt.Sprintf("exited: %v", a.exitErr)
+			default:
+			}
+			t.Logf("---- agent %s (%s), log tail ----\n%s", a.Name, state, tail(a.logs.String(), 60))
+		}
+		a.Stop()
+	})
 	return a
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 func (a *Agent) start() {
