@@ -259,8 +259,12 @@ func (c *Compiler) compileChanged(changed map[nsName]bool, get func(nsName) (*v1
 }
 
 // findPort is the index of the port with key in c.services, or where it would go.
-func (c *Compiler) findPort(key string) (int, bool) {
-	return slices.BinarySearchFunc(c.services, key, func(p ServicePort, k string) int { return strings.Compare(p.Key, k) })
+func (c *Compiler) findPort(key string) (int, bool) { return searchPorts(c.services, key) }
+
+// searchPorts is the index of the port with key in ports (sorted by Key, as Compile makes
+// them), or where it would go.
+func searchPorts(ports []ServicePort, key string) (int, bool) {
+	return slices.BinarySearchFunc(ports, key, func(p ServicePort, k string) int { return strings.Compare(p.Key, k) })
 }
 
 // sameSlices reports whether a and b hold the same EndpointSlice objects, in any order (the

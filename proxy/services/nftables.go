@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -205,7 +204,7 @@ func (n *Nftables) changesOf(ds DesiredState, keys []string) []portChange {
 		}
 		seen[k] = true
 		var sp *ServicePort
-		if i, found := slices.BinarySearchFunc(ds.Services, k, func(p ServicePort, k string) int { return strings.Compare(p.Key, k) }); found {
+		if i, found := searchPorts(ds.Services, k); found {
 			sp = &ds.Services[i]
 		}
 		old, found := n.ports[k]

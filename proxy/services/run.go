@@ -138,10 +138,7 @@ func run(ctx context.Context, client kubernetes.Interface, cfg Config, backend s
 	h := k.Handler()
 	// Other hosts' Nodes change with every heartbeat and do not change our rules.
 	ownNode := cache.FilteringResourceEventHandler{Handler: h, FilterFunc: func(obj any) bool {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		n, ok := obj.(*v1.Node)
+		n, ok := unwrap(obj).(*v1.Node)
 		return ok && n.Name == cfg.NodeName
 	}}
 	// Service and EndpointSlice events are recorded, then kick the loop: a sync woken by a kick
