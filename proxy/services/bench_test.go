@@ -161,13 +161,14 @@ func BenchmarkNftablesSync(b *testing.B) {
 
 // BenchmarkIPVSCompile measures the IPVS backend's computation for 1,000 and 10,000 Services x
 // 10 endpoints, without the kernel (this machine's kernel may have no ip_vs): list the caches,
-// compile, compile the virtual servers and render the companion table's content.
+// compile, compile the virtual servers and the companion table's content.
 //
 //   - full: a start, new Compiler and IPVSCompiler. Reported as ms/full-sync.
 //
-//   - one-change: one EndpointSlice changes and its event is recorded, then the same steps
-//     with the compilers of the previous round, as the agent's loop keeps them (the Compiler
-//     recompiles the changed Service only). Reported as ms/one-change.
+//   - one-change: one EndpointSlice changes and its event is recorded, then what the IPVS
+//     backend's ApplyChanged computes, with the compilers of the previous round as the agent's
+//     loop keeps them: the changed Service's ports, their virtual servers, and the companion
+//     table's element changes. Reported as ms/one-change.
 //
 //     go test -run '^$' -bench IPVSCompile -benchtime 3x ./proxy/services/
 func BenchmarkIPVSCompile(b *testing.B) {
@@ -178,15 +179,16 @@ func BenchmarkIPVSCompile(b *testing.B) {
 		caches := newBenchCaches(b, svcs, slices, node)
 		b.Run(fmt.Sprintf("services=%d/full", n), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				var ic IPVSCompiler
-				st := ic.Compile(caches.desired(b, &Compiler{}, node.Name))
-				_ = renderIPVSNft(st, serviceCIDR, clusterCIDR)
+				ic := IPVSCompiler{serviceCIDR: serviceCIDR}
+				_ = ic.Compile(caches.desired(b, &Compiler{}, node.Name))
+				_ = ic.nftState(clusterCIDR)
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/full-sync")
 		})
 		b.Run(fmt.Sprintf("services=%d/one-change", n), func(b *testing.B) {
-			sy, ic := caches.syncer(nil, node.Name), &IPVSCompiler{}
-			_ = renderIPVSNft(ic.Compile(caches.desired(b, sy.compiler, node.Name)), serviceCIDR, clusterCIDR)
+			sy, ic := caches.syncer(nil, node.Name), &IPVSCompiler{serviceCIDR: serviceCIDR}
+			_ = ic.Compile(caches.desired(b, sy.compiler, node.Name))
+			_ = ic.nftState(clusterCIDR)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				cur := oneChange(slices, n, i)
@@ -195,11 +197,13 @@ func BenchmarkIPVSCompile(b *testing.B) {
 					b.Fatal(err)
 				}
 				sy.changes.slice(old, cur)
-				ds, _, ok := sy.compiler.compileChanged(sy.changes.take(), sy.get, sy.node())
+				ds, keys, ok := sy.compiler.compileChanged(sy.changes.take(), sy.get, sy.node())
 				if !ok {
 					b.Fatal("compileChanged refused")
 				}
-				_ = renderIPVSNft(ic.Compile(ds), serviceCIDR, clusterCIDR)
+				if ch, ok := ic.CompileChanged(ds, keys); !ok || len(ch.Sync) != 1 {
+					b.Fatalf("CompileChanged: ok %v, %d virtual servers to sync, want 1", ok, len(ch.Sync))
+				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/one-change")
 			b.StopTimer()

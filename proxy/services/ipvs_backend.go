@@ -1,6 +1,7 @@
 package services
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -66,8 +67,11 @@ type IPVS struct {
 	ready     bool                 // NewIPVS was used
 	available bool                 // the IPVS netlink family was found
 	draining  map[string]time.Time // "vs|rs" -> when its weight went to 0
-	nodeIPs   map[netip.Addr]bool  // node addresses of the last Apply (ownership)
-	compiler  IPVSCompiler         // recompiles only the Service ports that changed
+	// drainingVS are the virtual servers with a draining real server, with their port's Key:
+	// ApplyChanged revisits them on every sync, changed or not, to end the draining.
+	drainingVS map[vsKey]string
+	nodeIPs    map[netip.Addr]bool // node addresses of the last Apply (ownership)
+	compiler   IPVSCompiler        // recompiles only the Service ports that changed
 	// nftApplied is the companion table's content as last applied, nil when unknown: an
 	// Apply then sends only the set elements that changed.
 	nftApplied *ipvsNftState
@@ -102,7 +106,8 @@ func NewIPVS(o IPVSOptions) *IPVS {
 	if o.now == nil {
 		o.now = time.Now
 	}
-	return &IPVS{opts: o, ready: true, draining: map[string]time.Time{}, nodeIPs: map[netip.Addr]bool{}}
+	return &IPVS{opts: o, ready: true, draining: map[string]time.Time{}, drainingVS: map[vsKey]string{}, nodeIPs: map[netip.Addr]bool{},
+		compiler: IPVSCompiler{serviceCIDR: o.ServiceCIDR}}
 }
 
 // CheckIPVS reports whether the kernel offers the IPVS generic netlink family, loading the
@@ -127,6 +132,16 @@ type vsKey struct {
 	addr  netip.Addr
 	proto uint16
 	port  uint16
+}
+
+func (k vsKey) compare(o vsKey) int {
+	if c := k.addr.Compare(o.addr); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(k.proto, o.proto); c != 0 {
+		return c
+	}
+	return cmp.Compare(k.port, o.port)
 }
 
 func (k vsKey) String() string {
@@ -342,21 +357,19 @@ func (b *IPVS) Apply(ds DesiredState) error {
 	if err := b.check(); err != nil {
 		return err
 	}
+	return b.apply(ds)
+}
+
+func (b *IPVS) apply(ds DesiredState) error {
 	st := b.compiler.Compile(ds)
 	if err := b.setSysctls(); err != nil {
 		return err
 	}
-	ih, nh, err := b.handles()
+	ih, nh, link, done, err := b.open()
 	if err != nil {
 		return err
 	}
-	defer ih.Close()
-	defer nh.Close()
-
-	link, err := b.ensureLink(nh)
-	if err != nil {
-		return err
-	}
+	defer done()
 	bound, err := linkAddrs(nh, link)
 	if err != nil {
 		return err
@@ -371,7 +384,7 @@ func (b *IPVS) Apply(ds DesiredState) error {
 	for _, a := range st.BoundAddresses {
 		want[a] = true
 		if !bound[a] {
-			if err := nh.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(32, 32)}}); err != nil && !errors.Is(err, syscall.EEXIST) {
+			if err := nh.AddrAdd(link, hostAddr(a)); err != nil && !errors.Is(err, syscall.EEXIST) {
 				return fmt.Errorf("bind %s to %s: %w", a, b.opts.Interface, err)
 			}
 		}
@@ -381,21 +394,114 @@ func (b *IPVS) Apply(ds DesiredState) error {
 	}
 	for a := range bound {
 		if !want[a] {
-			if err := nh.AddrDel(link, &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(32, 32)}}); err != nil && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+			if err := nh.AddrDel(link, hostAddr(a)); err != nil && !errors.Is(err, syscall.EADDRNOTAVAIL) {
 				return fmt.Errorf("unbind %s from %s: %w", a, b.opts.Interface, err)
 			}
 		}
 	}
-	nft := renderIPVSNft(st, b.opts.ServiceCIDR, b.opts.ClusterCIDR)
-	if err := b.applyNft(nft); err != nil {
+	if err := b.applyNft(b.compiler.nftState(b.opts.ClusterCIDR)); err != nil {
 		return fmt.Errorf("companion nftables table ip %s: %w", b.opts.Table, err)
 	}
 	return nil
 }
 
-// ApplyChanged is Apply: IPVS compares every virtual server with the kernel anyway. It lets
-// the agent's loop recompile only the changed Services (changeApplier).
-func (b *IPVS) ApplyChanged(ds DesiredState, _ []string) error { return b.Apply(ds) }
+// ApplyChanged is Apply for the ports named by keys (changeApplier): it recompiles those and
+// asks the kernel about their virtual servers alone, binds and unbinds the addresses that
+// came and went, and sends the companion table's element changes. Drift elsewhere is left to
+// the next Resync. Without a successful Apply before it (or when the change cannot be
+// applied alone, see IPVSCompiler.CompileChanged) it is Apply.
+func (b *IPVS) ApplyChanged(ds DesiredState, keys []string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.check(); err != nil {
+		return err
+	}
+	if b.nftApplied == nil || b.nftApplied.clusterCIDR != b.opts.ClusterCIDR {
+		return b.apply(ds)
+	}
+	ch, ok := b.compiler.CompileChanged(ds, keys)
+	if !ok {
+		return b.apply(ds)
+	}
+	if err := b.applyChange(ch); err != nil {
+		b.nftApplied = nil // the next Apply compares everything and rebuilds the table
+		return err
+	}
+	return nil
+}
+
+func (b *IPVS) applyChange(ch IPVSChange) error {
+	if len(ch.Remove)+len(ch.Sync)+len(ch.Bind)+len(ch.Unbind)+len(b.drainingVS) > 0 {
+		ih, nh, link, done, err := b.open()
+		if err != nil {
+			return err
+		}
+		defer done()
+		for _, a := range ch.Bind {
+			if err := nh.AddrAdd(link, hostAddr(a)); err != nil && !errors.Is(err, syscall.EEXIST) {
+				return fmt.Errorf("bind %s to %s: %w", a, b.opts.Interface, err)
+			}
+		}
+		for _, vs := range ch.Remove {
+			k, ws := keyOf(vs), toIPVSService(vs)
+			if _, err := ih.GetService(ws); err != nil {
+				continue // gone already
+			}
+			if err := ih.DelService(ws); err != nil {
+				return fmt.Errorf("delete IPVS service %s: %w", k, err)
+			}
+			b.forgetDraining(k)
+			b.opts.Log.WithField("virtualServer", k.String()).Info("IPVS virtual server removed")
+		}
+		synced := map[vsKey]bool{}
+		for _, vs := range ch.Sync {
+			k, ws := keyOf(vs), toIPVSService(vs)
+			have, err := ih.GetService(ws)
+			if err != nil {
+				if err := b.createVirtualServer(ih, k, vs); err != nil {
+					return err
+				}
+				continue
+			}
+			if serviceDiffers(have, ws) {
+				if err := ih.UpdateService(ws); err != nil {
+					return fmt.Errorf("update IPVS service %s (%s): %w", k, vs.Service, err)
+				}
+			}
+			if err := b.syncRealServers(ih, k, vs, ws); err != nil {
+				return err
+			}
+			synced[k] = true
+		}
+		// Draining real servers end by time or when their connections do: look again.
+		for k, port := range b.drainingVS {
+			vs, ok := b.compiler.frontend(port, k)
+			if !ok {
+				delete(b.drainingVS, k) // its port is gone: the virtual server went with it
+				continue
+			}
+			if !synced[k] {
+				if err := b.syncRealServers(ih, k, vs, toIPVSService(vs)); err != nil {
+					return err
+				}
+			}
+		}
+		for _, a := range ch.Unbind {
+			if err := nh.AddrDel(link, hostAddr(a)); err != nil && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+				return fmt.Errorf("unbind %s from %s: %w", a, b.opts.Interface, err)
+			}
+		}
+	}
+	if err := b.patchNftDelta(ch.nft); err != nil {
+		return fmt.Errorf("companion nftables table ip %s: %w", b.opts.Table, err)
+	}
+	return nil
+}
+
+// hostAddr is a as a /32 interface address.
+func hostAddr(a netip.Addr) *netlink.Addr {
+	return &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(32, 32)}}
+}
 
 // Resync is Apply, which always compares the IPVS state against the kernel, with the
 // companion table rebuilt whole (someone may have changed it).
@@ -404,6 +510,20 @@ func (b *IPVS) Resync(ds DesiredState) error {
 	b.nftApplied = nil
 	b.mu.Unlock()
 	return b.Apply(ds)
+}
+
+// open returns the IPVS and netlink handles and the dummy interface, created if missing;
+// done closes the handles.
+func (b *IPVS) open() (ih *ipvs.Handle, nh *netlink.Handle, link netlink.Link, done func(), err error) {
+	if ih, nh, err = b.handles(); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if link, err = b.ensureLink(nh); err != nil {
+		ih.Close()
+		nh.Close()
+		return nil, nil, nil, nil, err
+	}
+	return ih, nh, link, func() { ih.Close(); nh.Close() }, nil
 }
 
 func (b *IPVS) ensureLink(nh *netlink.Handle) (netlink.Link, error) {
@@ -497,24 +617,32 @@ func (b *IPVS) syncVirtualServers(ih *ipvs.Handle, st IPVSState, bound map[netip
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
 	for _, k := range keys {
-		vs := want[k]
-		ws := toIPVSService(vs)
-		if err := ih.NewService(ws); err != nil {
-			return fmt.Errorf("create IPVS service %s (%s, scheduler %s: is ip_vs_%s loaded?): %w", k, vs.Service, vs.Scheduler, vs.Scheduler, err)
+		if err := b.createVirtualServer(ih, k, want[k]); err != nil {
+			return err
 		}
-		for _, r := range vs.RealServers {
-			if err := ih.NewDestination(ws, toIPVSDest(r)); err != nil {
-				return fmt.Errorf("add real server %s to IPVS service %s: %w", netip.AddrPortFrom(r.Address, r.Port), k, err)
-			}
-		}
-		log.WithFields(logrus.Fields{"virtualServer": k.String(), "service": vs.Service, "realServers": len(vs.RealServers)}).Debug("IPVS virtual server created")
 	}
+	return nil
+}
+
+// createVirtualServer creates vs with its real servers.
+func (b *IPVS) createVirtualServer(ih *ipvs.Handle, k vsKey, vs VirtualServer) error {
+	ws := toIPVSService(vs)
+	if err := ih.NewService(ws); err != nil {
+		return fmt.Errorf("create IPVS service %s (%s, scheduler %s: is ip_vs_%s loaded?): %w", k, vs.Service, vs.Scheduler, vs.Scheduler, err)
+	}
+	for _, r := range vs.RealServers {
+		if err := ih.NewDestination(ws, toIPVSDest(r)); err != nil {
+			return fmt.Errorf("add real server %s to IPVS service %s: %w", netip.AddrPortFrom(r.Address, r.Port), k, err)
+		}
+	}
+	b.opts.Log.WithFields(logrus.Fields{"virtualServer": k.String(), "service": vs.Service, "realServers": len(vs.RealServers)}).Debug("IPVS virtual server created")
 	return nil
 }
 
 func drainPrefix(k vsKey) string { return k.String() + "|" }
 
 func (b *IPVS) forgetDraining(k vsKey) {
+	delete(b.drainingVS, k)
 	p := drainPrefix(k)
 	for d := range b.draining {
 		if len(d) > len(p) && d[:len(p)] == p {
@@ -550,6 +678,11 @@ func (b *IPVS) syncRealServers(ih *ipvs.Handle, k vsKey, vs VirtualServer, ws *i
 	ops := PlanRealServersGrace(have, vs.RealServers, since, b.opts.now(), b.opts.GracePeriod)
 	for ap, t := range since {
 		b.draining[p+ap.String()] = t
+	}
+	if len(since) > 0 {
+		b.drainingVS[k] = vs.Service
+	} else {
+		delete(b.drainingVS, k)
 	}
 	log := b.opts.Log.WithFields(logrus.Fields{"virtualServer": k.String(), "service": vs.Service})
 	for _, r := range ops.Delete {

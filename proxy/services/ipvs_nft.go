@@ -31,34 +31,60 @@ type ipvsNftState struct {
 	clusterCIDR           netip.Prefix
 }
 
-// renderIPVSNft computes the companion table for st; sources outside clusterCIDR are
-// masqueraded towards ClusterIPs. ClusterIP frontends are the unmasqueraded
-// virtual servers inside serviceCIDR; the others without Masquerade follow
-// externalTrafficPolicy Local and keep the client's address.
-func renderIPVSNft(st IPVSState, serviceCIDR, clusterCIDR netip.Prefix) *ipvsNftState {
-	// Sized up front: growing maps of 100,000 real servers costs more than filling them.
-	rs := 0
-	for _, vs := range st.VirtualServers {
-		rs += len(vs.RealServers)
+// ipvsNftDelta is a change of the companion table's sets.
+type ipvsNftDelta struct {
+	add, del               [3][]vipKey // by ipvsVIPSets
+	hairpinAdd, hairpinDel []netip.Addr
+}
+
+// ipvsVIPSets are the companion table's frontend sets, in ipvsNftDelta's order.
+var ipvsVIPSets = [3]string{ipvsSetMasq, ipvsSetCluster, ipvsSetReject}
+
+func (s *ipvsNftState) vipSets() [3]map[vipKey]bool {
+	return [3]map[vipKey]bool{s.masq, s.cluster, s.reject}
+}
+
+func (d *ipvsNftDelta) empty() bool {
+	n := len(d.hairpinAdd) + len(d.hairpinDel)
+	for i := range d.add {
+		n += len(d.add[i]) + len(d.del[i])
 	}
-	s := &ipvsNftState{masq: map[vipKey]bool{}, cluster: make(map[vipKey]bool, len(st.VirtualServers)), reject: map[vipKey]bool{},
-		hairpin: make(map[netip.Addr]bool, rs), clusterCIDR: clusterCIDR}
-	for _, vs := range st.VirtualServers {
-		k := vipKey{ip: vs.Address, proto: protoNum(vs.Protocol), port: vs.Port}
-		switch {
-		case vs.Masquerade:
-			s.masq[k] = true
-		case serviceCIDR.Contains(vs.Address):
-			s.cluster[k] = true
+	return n == 0
+}
+
+// diffNft is the delta that turns prev into s.
+func diffNft(prev, s *ipvsNftState) ipvsNftDelta {
+	var d ipvsNftDelta
+	old, cur := prev.vipSets(), s.vipSets()
+	for i := range old {
+		var add map[vipKey]bool
+		d.del[i], add = diffMap(old[i], cur[i])
+		for k := range add {
+			d.add[i] = append(d.add[i], k)
 		}
-		for _, r := range vs.RealServers {
-			s.hairpin[r.Address] = true
+	}
+	var add map[netip.Addr]bool
+	d.hairpinDel, add = diffMap(prev.hairpin, s.hairpin)
+	d.hairpinAdd = sortedAddrs(add)
+	return d
+}
+
+// apply changes s by d.
+func (s *ipvsNftState) apply(d ipvsNftDelta) {
+	for i, m := range s.vipSets() {
+		for _, k := range d.del[i] {
+			delete(m, k)
+		}
+		for _, k := range d.add[i] {
+			m[k] = true
 		}
 	}
-	for _, vs := range st.Reject {
-		s.reject[vipKey{ip: vs.Address, proto: protoNum(vs.Protocol), port: vs.Port}] = true
+	for _, a := range d.hairpinDel {
+		delete(s.hairpin, a)
 	}
-	return s
+	for _, a := range d.hairpinAdd {
+		s.hairpin[a] = true
+	}
 }
 
 func (b *IPVS) nftConn() (*nftables.Conn, func(), error) {
@@ -101,27 +127,12 @@ func (b *IPVS) applyNft(s *ipvsNftState) error {
 
 // patchNft sends the element changes that turn the companion table from prev into s.
 func (b *IPVS) patchNft(prev, s *ipvsNftState) error {
-	tbl := &nftables.Table{Name: b.opts.Table, Family: nftables.TableFamilyIPv4}
-	var ops []func(*nftconn.Batch)
-	for _, d := range []struct {
-		name      string
-		old, want map[vipKey]bool
-	}{{ipvsSetMasq, prev.masq, s.masq}, {ipvsSetCluster, prev.cluster, s.cluster}, {ipvsSetReject, prev.reject, s.reject}} {
-		del, add := diffMap(d.old, d.want)
-		if len(del)+len(add) > 0 {
-			ops = append(ops, func(bt *nftconn.Batch) {
-				bt.Elems(d.name, vipElems(del, nil), true)
-				bt.Elems(d.name, vipSetElems(add), false)
-			})
-		}
-	}
-	if del, add := diffMap(prev.hairpin, s.hairpin); len(del)+len(add) > 0 {
-		ops = append(ops, func(bt *nftconn.Batch) {
-			bt.Elems(ipvsSetHairpin, addrElems(del, true), true)
-			bt.Elems(ipvsSetHairpin, addrElems(sortedAddrs(add), true), false)
-		})
-	}
-	if len(ops) == 0 {
+	return b.sendNft(diffNft(prev, s))
+}
+
+// sendNft sends d's element changes in one transaction.
+func (b *IPVS) sendNft(d ipvsNftDelta) error {
+	if d.empty() {
 		return nil
 	}
 	c, done, err := b.nftConn()
@@ -129,11 +140,27 @@ func (b *IPVS) patchNft(prev, s *ipvsNftState) error {
 		return err
 	}
 	defer done()
-	bt := nftconn.NewBatch(c, tbl)
-	for _, op := range ops {
-		op(bt)
+	bt := nftconn.NewBatch(c, &nftables.Table{Name: b.opts.Table, Family: nftables.TableFamilyIPv4})
+	for i, name := range ipvsVIPSets {
+		bt.Elems(name, vipElems(d.del[i], nil), true)
+		bt.Elems(name, vipElems(d.add[i], nil), false)
 	}
+	bt.Elems(ipvsSetHairpin, addrElems(d.hairpinDel, true), true)
+	bt.Elems(ipvsSetHairpin, addrElems(d.hairpinAdd, true), false)
 	return bt.Flush()
+}
+
+// patchNftDelta applies d to the companion table last applied, keeping nftApplied in step;
+// on failure the next Apply rebuilds the table.
+func (b *IPVS) patchNftDelta(d ipvsNftDelta) error {
+	prev := b.nftApplied
+	b.nftApplied = nil
+	if err := b.sendNft(d); err != nil {
+		return err
+	}
+	prev.apply(d)
+	b.nftApplied = prev
+	return nil
 }
 
 // replaceNft replaces the companion table in one transaction.
@@ -222,7 +249,7 @@ func (b *IPVS) deleteNft() error {
 	return nil
 }
 
-func sortedAddrs(m map[netip.Addr]bool) []netip.Addr {
+func sortedAddrs[V any](m map[netip.Addr]V) []netip.Addr {
 	out := make([]netip.Addr, 0, len(m))
 	for a := range m {
 		out = append(out, a)

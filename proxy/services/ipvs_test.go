@@ -3,13 +3,17 @@ package services
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 )
 
 func vsString(vs VirtualServer) string {
@@ -197,4 +201,185 @@ func TestIPVSCompanionTableUpdates(t *testing.T) {
 	b.nftApplied = nil // what Resync does
 	step(IPVSState{VirtualServers: []VirtualServer{vs("10.96.0.1", false, "10.244.1.3")}, Reject: []VirtualServer{vs("192.0.2.1", true)}},
 		map[string][]string{ipvsSetCluster: {"10.96.0.1 . tcp . 80"}, ipvsSetReject: {"192.0.2.1 . tcp . 80"}}, nil)
+}
+
+// renderIPVSNft is the companion table for st computed from scratch, what IPVSCompiler's
+// counts must add up to; sources outside clusterCIDR are
+// masqueraded towards ClusterIPs. ClusterIP frontends are the unmasqueraded
+// virtual servers inside serviceCIDR; the others without Masquerade follow
+// externalTrafficPolicy Local and keep the client's address.
+func renderIPVSNft(st IPVSState, serviceCIDR, clusterCIDR netip.Prefix) *ipvsNftState {
+	// Sized up front: growing maps of 100,000 real servers costs more than filling them.
+	rs := 0
+	for _, vs := range st.VirtualServers {
+		rs += len(vs.RealServers)
+	}
+	s := &ipvsNftState{masq: map[vipKey]bool{}, cluster: make(map[vipKey]bool, len(st.VirtualServers)), reject: map[vipKey]bool{},
+		hairpin: make(map[netip.Addr]bool, rs), clusterCIDR: clusterCIDR}
+	for _, vs := range st.VirtualServers {
+		k := vipKey{ip: vs.Address, proto: protoNum(vs.Protocol), port: vs.Port}
+		switch {
+		case vs.Masquerade:
+			s.masq[k] = true
+		case serviceCIDR.Contains(vs.Address):
+			s.cluster[k] = true
+		}
+		for _, r := range vs.RealServers {
+			s.hairpin[r.Address] = true
+		}
+	}
+	for _, vs := range st.Reject {
+		s.reject[vipKey{ip: vs.Address, proto: protoNum(vs.Protocol), port: vs.Port}] = true
+	}
+	return s
+}
+
+// TestIPVSCompileChanged changes Services at random, 300 times, and checks IPVSCompiler's
+// incremental answer against compiling from scratch: applying each IPVSChange to a model of
+// the kernel (virtual servers with their real servers, bound addresses, companion table
+// sets) gives exactly what CompileIPVS and renderIPVSNft say it should hold.
+func TestIPVSCompileChanged(t *testing.T) {
+	node := mkNode("n1", "10.213.0.1", "192.0.2.10")
+	serviceCIDR, clusterCIDR := netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("10.244.0.0/16")
+	rng := rand.New(rand.NewPCG(1, 2))
+	svcs := map[string]*v1.Service{}
+	eps := map[string]*discoveryv1.EndpointSlice{}
+	randomize := func(i int) {
+		name := fmt.Sprintf("s%02d", i)
+		if rng.IntN(6) == 0 {
+			delete(svcs, name)
+			delete(eps, name)
+			return
+		}
+		var opts []svcOpt
+		if rng.IntN(3) == 0 {
+			opts = append(opts, nodePort(int32(30000+i)))
+		}
+		if rng.IntN(4) == 0 {
+			opts = append(opts, externalIP(fmt.Sprintf("198.51.100.%d", rng.IntN(20)+1))) // now and then shared
+		}
+		if rng.IntN(4) == 0 {
+			opts = append(opts, etpLocal)
+		}
+		if rng.IntN(5) == 0 {
+			opts = append(opts, affinity(60))
+		}
+		svc := mkSvc(name, fmt.Sprintf("10.96.0.%d", i+1), 80, opts...)
+		if rng.IntN(4) == 0 { // a second port on the same ClusterIP
+			svc.Spec.Ports[0].Name = "http"
+			svc.Spec.Ports = append(svc.Spec.Ports, v1.ServicePort{Name: "metrics", Port: 9090, Protocol: v1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)})
+		}
+		svcs[name] = svc
+		var es []ep
+		for j := range rng.IntN(4) { // pods shared between Services: hairpin addresses counted
+			es = append(es, readyEP(fmt.Sprintf("10.244.1.%d", rng.IntN(12)+j), []string{"n1", "n2"}[rng.IntN(2)]))
+		}
+		sl := mkSlice(name+"-1", name, 8080, es...)
+		if len(svc.Spec.Ports) == 2 {
+			sl.Ports[0].Name = ptr.To("http")
+			sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: ptr.To("metrics"), Port: ptr.To(int32(8080)), Protocol: ptr.To(v1.ProtocolTCP)})
+		}
+		eps[name] = sl
+	}
+	desired := func() DesiredState {
+		var ss []*v1.Service
+		var sl []*discoveryv1.EndpointSlice
+		for _, s := range svcs {
+			ss = append(ss, s)
+		}
+		for _, s := range eps {
+			sl = append(sl, s)
+		}
+		return Compile(ss, sl, node)
+	}
+	for i := range 30 {
+		randomize(i)
+	}
+	ds := desired()
+	ic := IPVSCompiler{serviceCIDR: serviceCIDR}
+	// model is what the kernel holds after a full sync of st: virtual servers, bound addresses.
+	model := func(st IPVSState) (map[vsKey]VirtualServer, map[netip.Addr]bool) {
+		vss, addrs := map[vsKey]VirtualServer{}, map[netip.Addr]bool{}
+		for _, vs := range st.VirtualServers {
+			vss[keyOf(vs)] = vs
+		}
+		for _, a := range st.BoundAddresses {
+			addrs[a] = true
+		}
+		return vss, addrs
+	}
+	kernel, bound := model(ic.Compile(ds))
+	nft := ic.nftState(clusterCIDR)
+	incremental := 0
+	for step := range 300 {
+		prev := ds
+		for range rng.IntN(3) + 1 {
+			randomize(rng.IntN(30))
+		}
+		ds = desired()
+		var keys []string
+		for _, sets := range [][2][]ServicePort{{prev.Services, ds.Services}, {ds.Services, prev.Services}} {
+			for _, sp := range sets[0] {
+				if i, ok := searchPorts(sets[1], sp.Key); !ok || !sameServicePort(sets[1][i], sp) {
+					keys = append(keys, sp.Key)
+				}
+			}
+		}
+		ch, ok := ic.CompileChanged(ds, keys)
+		want := CompileIPVS(ds)
+		wantNft := renderIPVSNft(want, serviceCIDR, clusterCIDR)
+		if !ok {
+			// Only a virtual server claimed twice (two Services on one externalIP), before or
+			// after the change, may refuse.
+			if !claimedTwice(want) && !claimedTwice(CompileIPVS(prev)) {
+				t.Fatalf("step %d: CompileChanged refused without a conflict", step)
+			}
+			kernel, bound = model(ic.Compile(ds))
+			nft = ic.nftState(clusterCIDR)
+			continue
+		}
+		incremental++
+		for _, vs := range ch.Remove {
+			delete(kernel, keyOf(vs))
+		}
+		for _, vs := range ch.Sync {
+			kernel[keyOf(vs)] = vs
+		}
+		for _, a := range ch.Bind {
+			bound[a] = true
+		}
+		for _, a := range ch.Unbind {
+			delete(bound, a)
+		}
+		nft.apply(ch.nft)
+		wantKernel, wantBound := model(want)
+		if !reflect.DeepEqual(kernel, wantKernel) {
+			t.Fatalf("step %d (keys %v): virtual servers\n got %v\nwant %v", step, keys, kernel, wantKernel)
+		}
+		if !reflect.DeepEqual(bound, wantBound) {
+			t.Fatalf("step %d: bound addresses\n got %v\nwant %v", step, bound, wantBound)
+		}
+		if !reflect.DeepEqual(nft, wantNft) {
+			t.Fatalf("step %d: companion table after the deltas\n got %+v\nwant %+v", step, nft, wantNft)
+		}
+		if got := ic.nftState(clusterCIDR); !reflect.DeepEqual(got, wantNft) {
+			t.Fatalf("step %d: companion table from the counts\n got %+v\nwant %+v", step, got, wantNft)
+		}
+	}
+	t.Logf("%d changes incremental, %d refused for a shared virtual server", incremental, 300-incremental)
+	if incremental < 200 || incremental == 300 {
+		t.Fatalf("%d of 300 changes were applied incrementally: want most, and a few shared virtual servers refused", incremental)
+	}
+}
+
+// claimedTwice says whether two frontends of st share a virtual server.
+func claimedTwice(st IPVSState) bool {
+	seen := map[vsKey]bool{}
+	for _, vs := range append(slices.Clone(st.VirtualServers), st.Reject...) {
+		if seen[keyOf(vs)] {
+			return true
+		}
+		seen[keyOf(vs)] = true
+	}
+	return false
 }

@@ -189,11 +189,23 @@ func TestIPVSKernel(t *testing.T) {
 	serveHold(t, tp.podA, podAIP+":8080", "a")
 	serveHold(t, tp.podB, podBIP+":8080", "b")
 	node := mkNode("n1", hostIP)
+	// apply goes through ApplyChanged, naming every port before and after, as the agent's
+	// loop does after an event: the first call applies everything, the later ones only the
+	// ports that differ (IPVSCompiler.CompileChanged), which the kernel must then show.
+	var prev DesiredState
 	apply := func(t *testing.T, svcs []*v1.Service, slices ...*discoveryv1.EndpointSlice) {
 		t.Helper()
-		if err := be.Apply(Compile(svcs, slices, node)); err != nil {
+		ds := Compile(svcs, slices, node)
+		var keys []string
+		for _, sps := range [][]ServicePort{prev.Services, ds.Services} {
+			for _, sp := range sps {
+				keys = append(keys, sp.Key)
+			}
+		}
+		if err := be.ApplyChanged(ds, keys); err != nil {
 			t.Fatalf("apply: %v", err)
 		}
+		prev = ds
 	}
 	both := mkSlice("web-1", "web", 8080, readyEP(podAIP, "n1"), readyEP(podBIP, "n1"))
 	a, b := podAIP+":8080", podBIP+":8080"
