@@ -51,7 +51,10 @@ func (h *Host) issueIdentities() error {
 		if err != nil {
 			return nil, fmt.Errorf("client certificate of %s: %w", user, err)
 		}
-		return &rest.Config{Host: h.apiURL, QPS: 50, Burst: 100,
+		// The API is this host's own: compressing its answers and every watch event (the API
+		// server gzips for clients that accept it) would cost CPU on both ends and a gzip
+		// reader per watch for nothing, as for the API server's own loopback client.
+		return &rest.Config{Host: h.apiURL, QPS: 50, Burst: 100, DisableCompression: true,
 			TLSClientConfig: rest.TLSClientConfig{CAFile: h.ca.CertFile(), CertFile: cert, KeyFile: key}}, nil
 	}
 	ids := &identities{controllers: map[string]*rest.Config{}}
