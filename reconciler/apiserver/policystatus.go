@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -10,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	"k8s.io/apiserver/pkg/cel/openapi/resolver"
@@ -19,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 )
 
 // policyTypeChecker fills status.typeChecking of every ValidatingAdmissionPolicy, as
@@ -35,7 +38,9 @@ type policyTypeChecker struct {
 }
 
 func newPolicyTypeChecker(client kubernetes.Interface, f informers.SharedInformerFactory, deps policyDeps, disc discovery.DiscoveryInterface, schemes ...*runtime.Scheme) *policyTypeChecker {
-	schemas := resolver.NewDefinitionsSchemaResolver(definitions, schemes...).Combine(&resolver.ClientDiscoveryResolver{Discovery: disc})
+	schemas := &lazySchemaResolver{build: func() resolver.SchemaResolver {
+		return resolver.NewDefinitionsSchemaResolver(definitions, schemes...).Combine(&resolver.ClientDiscoveryResolver{Discovery: disc})
+	}}
 	inf := f.Admissionregistration().V1().ValidatingAdmissionPolicies()
 	c := &policyTypeChecker{
 		client:  client,
@@ -53,6 +58,19 @@ func newPolicyTypeChecker(client kubernetes.Interface, f informers.SharedInforme
 		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) },
 	})
 	return c
+}
+
+// lazySchemaResolver builds its resolver on the first look-up: the built-in kinds' schemas
+// take megabytes of heap, which a site without a ValidatingAdmissionPolicy never needs.
+type lazySchemaResolver struct {
+	once  sync.Once
+	build func() resolver.SchemaResolver
+	r     resolver.SchemaResolver
+}
+
+func (l *lazySchemaResolver) ResolveSchema(gvk schema.GroupVersionKind) (*spec.Schema, error) {
+	l.once.Do(func() { l.r = l.build() })
+	return l.r.ResolveSchema(gvk)
 }
 
 // run works the queue until ctx ends.
