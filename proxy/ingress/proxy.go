@@ -35,7 +35,7 @@ type Server struct {
 	health    sync.Map    // ip:port -> time.Time until which dials are not attempted
 	anyBad    atomic.Bool // health has had an entry: until then no request looks it up
 	counters  sync.Map    // pool key -> *atomic.Uint64 (round-robin position survives swaps)
-	transport *http.Transport
+	transport *backendTransport
 	buffers   bufferPool
 }
 
@@ -73,19 +73,9 @@ func (b *bufferPool) Put(buf []byte) {
 // httpsPort is the port named in HTTP->HTTPS redirects ("" or "443" for none).
 func NewServer(httpsPort string, log *logrus.Entry) *Server {
 	s := &Server{httpsPort: httpsPort, log: log}
-	s.transport = &http.Transport{
-		Proxy:        nil, // endpoints are pod IPs: never through an environment proxy
-		DialContext:  (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns: 1024,
-		// A connection goes back to the idle pool only once the response has been read, a
-		// moment after the client has it and may have sent its next request; so N concurrent
-		// requests to one endpoint keep more than N connections busy, and a pool of just N
-		// closes and reopens connections under load, most when the CPU is short.
-		// BenchmarkIngressVsNginx logs the dials it sees at 64 concurrent requests.
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
-	}
+	// Endpoints are pod IPs: never through an environment proxy. The idle pool's bounds and
+	// timeout are in backend.go.
+	s.transport = newBackendTransport()
 	s.table.Store(&Table{})
 	return s
 }
@@ -277,8 +267,9 @@ func isDialError(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// onceBody lets a request body survive a failed dial: the transport closes the body on any
-// error, but a body never read can still be sent to the next endpoint.
+// onceBody lets a request body survive a failed dial or a stale keep-alive connection:
+// Request.Write closes the body when it is done or fails, but a body never read can still be
+// sent again, to the next endpoint or on a new connection.
 type onceBody struct {
 	rc   io.ReadCloser
 	read atomic.Bool
