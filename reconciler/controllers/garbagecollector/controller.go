@@ -1,13 +1,15 @@
 // Package garbagecollector deletes objects whose owners are gone and carries out the
 // foreground and orphan propagation policies (the `foregroundDeletion` and `orphan`
-// finalizers the API server adds on delete). It watches the metadata of every served
-// resource, keeps an owner->dependents graph keyed by UID, and acts through the metadata
-// client.
+// finalizers the API server adds on delete). It watches every served resource (through the
+// typed informer another controller already runs for it, otherwise through a metadata
+// informer of its own), keeps an owner->dependents graph keyed by UID, and acts through the
+// metadata client.
 package garbagecollector
 
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/restmapper"
@@ -57,6 +61,10 @@ type Controller struct {
 	graph     *graph
 	log       *logrus.Entry
 
+	// typed are the controllers' shared typed informers: a resource one of them already
+	// watches is observed through it rather than through a second watch of its metadata.
+	typed informers.SharedInformerFactory
+
 	mu       sync.Mutex
 	monitors map[schema.GroupVersionResource]*monitor
 }
@@ -68,22 +76,20 @@ type monitor struct {
 	informer   cache.SharedIndexInformer
 }
 
-// New discovers the served resources and registers a metadata informer for each one on
-// ctx.MetadataInformers.
+// New returns the collector; it discovers the served resources when it runs, once the
+// other controllers' informers have started (see syncMonitors).
 func New(ctx *controllers.Context) (*Controller, error) {
 	c := &Controller{
 		meta:      ctx.Metadata,
 		discovery: ctx.Discovery,
 		mapper:    ctx.RESTMapper,
 		factory:   ctx.MetadataInformers,
+		typed:     ctx.Informers,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](),
 			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "garbagecollector"}),
 		graph:    newGraph(),
 		log:      logrus.WithField("controller", "garbagecollector"),
 		monitors: map[schema.GroupVersionResource]*monitor{},
-	}
-	if _, err := c.syncMonitors(); err != nil {
-		return nil, err
 	}
 	return c, nil
 }
@@ -93,6 +99,10 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 
+	// A failed discovery is retried every rediscoverPeriod below.
+	if _, err := c.syncMonitors(); err != nil {
+		c.log.WithError(err).Warn("resource discovery")
+	}
 	c.factory.Start(ctx.Done())
 	c.log.WithField("resources", len(c.synced())).Info("waiting for caches")
 	syncCtx, cancel := context.WithTimeout(ctx, cacheSyncTimeout)
@@ -140,14 +150,20 @@ func (c *Controller) synced() []cache.InformerSynced {
 	return out
 }
 
+// resourceInfo is what discovery says of a served resource.
+type resourceInfo struct {
+	kind       string
+	namespaced bool
+}
+
 // deletableResources returns every served resource that can be listed, watched and deleted.
 // A partial discovery failure still returns what was found, with the error.
-func deletableResources(d discovery.DiscoveryInterface) (map[schema.GroupVersionResource]bool, error) {
+func deletableResources(d discovery.DiscoveryInterface) (map[schema.GroupVersionResource]resourceInfo, error) {
 	lists, err := d.ServerPreferredResources()
 	if len(lists) == 0 && err != nil {
 		return nil, fmt.Errorf("discover served resources: %w", err)
 	}
-	out := map[schema.GroupVersionResource]bool{}
+	out := map[schema.GroupVersionResource]resourceInfo{}
 	for _, list := range lists {
 		gv, perr := schema.ParseGroupVersion(list.GroupVersion)
 		if perr != nil {
@@ -160,7 +176,7 @@ func deletableResources(d discovery.DiscoveryInterface) (map[schema.GroupVersion
 			if !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "watch") || !slices.Contains(r.Verbs, "delete") {
 				continue
 			}
-			out[gv.WithResource(r.Name)] = r.Namespaced
+			out[gv.WithResource(r.Name)] = resourceInfo{kind: r.Kind, namespaced: r.Namespaced}
 		}
 	}
 	if err != nil {
@@ -175,14 +191,21 @@ func (c *Controller) syncMonitors() (int, error) {
 	if resources == nil {
 		return 0, err
 	}
+	running := c.runningTypedInformers()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	added := 0
-	for gvr, namespaced := range resources {
+	added, shared := 0, 0
+	for gvr, info := range resources {
 		if c.monitors[gvr] != nil {
 			continue
 		}
-		m := &monitor{gvr: gvr, namespaced: namespaced, informer: c.factory.ForResource(gvr).Informer()}
+		m := &monitor{gvr: gvr, namespaced: info.namespaced}
+		if inf := c.typedInformer(running, gvr, info.kind); inf != nil {
+			m.informer = inf
+			shared++
+		} else {
+			m.informer = c.factory.ForResource(gvr).Informer()
+		}
 		_, herr := m.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { c.observe(m, obj) },
 			UpdateFunc: func(_, obj any) { c.observe(m, obj) },
@@ -195,7 +218,7 @@ func (c *Controller) syncMonitors() (int, error) {
 		added++
 	}
 	if added > 0 {
-		c.log.WithFields(logrus.Fields{"added": added, "watched": len(c.monitors)}).Info("watching resources")
+		c.log.WithFields(logrus.Fields{"added": added, "typed": shared, "watched": len(c.monitors)}).Info("watching resources")
 	}
 	return added, err
 }
@@ -215,6 +238,38 @@ func toNode(m *monitor, obj any) *node {
 		deleting:   o.GetDeletionTimestamp() != nil,
 		finalizers: o.GetFinalizers(),
 	}
+}
+
+// runningTypedInformers returns the object types of the typed informers already started.
+func (c *Controller) runningTypedInformers() map[reflect.Type]bool {
+	if c.typed == nil {
+		return nil
+	}
+	// With a context already done, this returns at once: every started informer, synced or not.
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	return c.typed.WaitForCacheSyncWithContext(done).Synced
+}
+
+// typedInformer returns the running typed informer of gvr (of the given kind), or nil if
+// none runs. Only informers already running are used: starting a typed one here would cache
+// whole objects where the collector needs their metadata.
+func (c *Controller) typedInformer(running map[reflect.Type]bool, gvr schema.GroupVersionResource, kind string) cache.SharedIndexInformer {
+	if len(running) == 0 {
+		return nil
+	}
+	obj, err := scheme.Scheme.New(gvr.GroupVersion().WithKind(kind))
+	if err != nil {
+		return nil
+	}
+	if _, ok := running[reflect.TypeOf(obj)]; !ok {
+		return nil
+	}
+	g, err := c.typed.ForResource(gvr)
+	if err != nil {
+		return nil
+	}
+	return g.Informer()
 }
 
 // observe records an added or updated object and queues whoever must react to it.

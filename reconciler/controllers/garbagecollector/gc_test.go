@@ -3,6 +3,7 @@ package garbagecollector
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -17,8 +18,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 	"github.com/flotilla-dev/flotilla/test/controllertest"
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
@@ -27,10 +30,79 @@ import (
 func startCollector(t *testing.T) (*framework.Agent, kubernetes.Interface) {
 	t.Helper()
 	a, c, gc := controllertest.StartController(t, New)
-	if w := gc.watched(); !w.Has(corev1.SchemeGroupVersion.WithResource("configmaps")) || w.Has(corev1.SchemeGroupVersion.WithResource("events")) {
+	waitWatching(t, gc)
+	return a, c
+}
+
+// waitWatching waits until gc watches ConfigMaps (it discovers resources once running), and
+// checks it leaves Events alone.
+func waitWatching(t *testing.T, gc *Controller) {
+	t.Helper()
+	eventually(t, 30*time.Second, "collector watches configmaps", func() (bool, string) {
+		w := gc.watched()
+		return w.Has(corev1.SchemeGroupVersion.WithResource("configmaps")), fmt.Sprintf("watched: %v", w.UnsortedList())
+	})
+	if w := gc.watched(); w.Has(corev1.SchemeGroupVersion.WithResource("events")) {
 		t.Fatalf("watched resources = %v: want configmaps, not events", w.UnsortedList())
 	}
-	return a, c
+}
+
+// typedConfigMaps stands for a controller that watches ConfigMaps through the shared typed
+// informers.
+type typedConfigMaps struct{ informer cache.SharedIndexInformer }
+
+func (r typedConfigMaps) Run(ctx context.Context, _ int) error {
+	<-ctx.Done()
+	return nil
+}
+
+// A resource another controller already watches through a typed informer is observed
+// through that informer, not through a second watch of its metadata, and collected the same.
+func TestGarbageCollectorSharesTypedInformers(t *testing.T) {
+	var (
+		gc    *Controller
+		typed typedConfigMaps
+		meta  func() string
+	)
+	_, c := controllertest.Start(t,
+		func(cctx *controllers.Context) (controllers.Runner, error) {
+			typed.informer = cctx.Informers.Core().V1().ConfigMaps().Informer()
+			return typed, nil
+		},
+		func(cctx *controllers.Context) (controllers.Runner, error) {
+			var err error
+			gc, err = New(cctx)
+			configmaps := corev1.SchemeGroupVersion.WithResource("configmaps")
+			secrets := corev1.SchemeGroupVersion.WithResource("secrets")
+			meta = func() string {
+				gc.mu.Lock()
+				defer gc.mu.Unlock()
+				var wrong []string
+				// The factories wrap an informer anew on each call: its store is its identity.
+				if gc.monitors[configmaps].informer.GetStore() != typed.informer.GetStore() {
+					wrong = append(wrong, "ConfigMaps not observed through the running typed informer")
+				}
+				if gc.monitors[secrets].informer.GetStore() != cctx.MetadataInformers.ForResource(secrets).Informer().GetStore() {
+					wrong = append(wrong, "Secrets (no typed informer) not observed through a metadata informer")
+				}
+				return strings.Join(wrong, "; ")
+			}
+			return gc, err
+		})
+	waitWatching(t, gc)
+	if wrong := meta(); wrong != "" {
+		t.Fatal(wrong)
+	}
+
+	ns := "typed"
+	controllertest.Namespace(t, c, ns)
+	owner := createCM(t, c, ns, "owner")
+	createCM(t, c, ns, "dep", ownerRef("ConfigMap", owner, false))
+	stays(t, c, ns, "dep", time.Second)
+	if err := c.CoreV1().ConfigMaps(ns).Delete(context.Background(), "owner", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "dependent of the deleted owner deleted", cmGone(c, ns, "dep"))
 }
 
 func ownerRef(kind string, o metav1.Object, block bool) metav1.OwnerReference {
