@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -253,14 +254,29 @@ func (h *Host) startWith(args []string) error {
 	if h.site.opts.Detach {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	}
-	if err := cmd.Start(); err != nil {
+	// Pdeathsig fires when the thread that started the child ends, not the process, and Go
+	// ends a thread whose goroutine exits locked to it (as code entering a network namespace
+	// does): start and wait on a thread locked for as long as the agent runs.
+	done := make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		logf.Close()
+		close(done)
+	}()
+	if err := <-started; err != nil {
 		logf.Close()
 		return err
 	}
 	h.cmd, h.args, h.pid = cmd, args, cmd.Process.Pid
-	h.exited = make(chan struct{})
-	done := h.exited
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	h.exited = done
 	return nil
 }
 

@@ -199,13 +199,24 @@ func (a *Agent) start() {
 	a.cmd.Stdout = a.logs
 	a.cmd.Stderr = a.logs
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := a.cmd.Start(); err != nil {
-		a.t.Fatalf("start agent: %v", err)
-	}
+	// Pdeathsig fires when the thread that started the child ends, not the process, and Go
+	// ends a thread whose goroutine exits locked to it (as tests entering a network namespace
+	// do): start and wait on a thread locked for as long as the agent runs.
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := a.cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		a.exitErr = a.cmd.Wait()
 		close(a.exited)
 	}()
+	if err := <-started; err != nil {
+		a.t.Fatalf("start agent: %v", err)
+	}
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
 		if _, err := os.Stat(a.Kubeconfig); err == nil {
