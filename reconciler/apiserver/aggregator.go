@@ -33,7 +33,7 @@ import (
 // aggregatorConfig derives the aggregator's configuration from ours: APIServices stored in
 // /registry/apiregistration.k8s.io, and the OpenAPI of the whole chain merged by the
 // aggregator's own handler.
-func aggregatorConfig(gc genericapiserver.Config, etcd genericoptions.EtcdOptions, f informers.SharedInformerFactory,
+func aggregatorConfig(gc genericapiserver.Config, etcd genericoptions.EtcdOptions, shared *sharedEtcd, f informers.SharedInformerFactory,
 	services aggregatorapiserver.ServiceResolver) (*aggregatorapiserver.Config, error) {
 	gc.PostStartHooks = map[string]genericapiserver.PostStartHookConfigEntry{}
 	gc.RESTOptionsGetter = nil
@@ -44,6 +44,7 @@ func aggregatorConfig(gc genericapiserver.Config, etcd genericoptions.EtcdOption
 	if err := etcd.ApplyTo(&gc); err != nil {
 		return nil, fmt.Errorf("configure APIService storage: %w", err)
 	}
+	gc.RESTOptionsGetter = shared.options(gc.RESTOptionsGetter, etcd)
 	resources := serverstorage.NewResourceConfig()
 	resources.EnableVersions(apiregistrationv1.SchemeGroupVersion)
 	gc.MergedResourceConfig = resources

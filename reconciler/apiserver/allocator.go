@@ -40,8 +40,12 @@ func newRangeAllocator(optsGetter generic.RESTOptionsGetter, resource, desc stri
 	if err != nil {
 		return nil, err
 	}
-	st, _, err := generic.NewRawStorage(opts.StorageConfig, func() runtime.Object { return &corev1.RangeAllocation{} },
-		func() runtime.Object { return &corev1.RangeAllocation{} }, "/ranges")
+	newFunc := func() runtime.Object { return &corev1.RangeAllocation{} }
+	raw := generic.NewRawStorage
+	if g, ok := optsGetter.(rawStorageGetter); ok {
+		raw = g.rawStorage
+	}
+	st, _, err := raw(opts.StorageConfig, newFunc, newFunc, "/ranges")
 	if err != nil {
 		return nil, fmt.Errorf("storage for %s: %w", resource, err)
 	}

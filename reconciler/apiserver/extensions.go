@@ -43,7 +43,7 @@ func definitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefiniti
 // extensionsConfig derives the apiextensions server's configuration from ours: the same
 // serving, authentication, authorization and admission, its own scheme, codecs and storage
 // (CRDs in /registry/apiextensions.k8s.io, custom resources in /registry/<group>/<plural>).
-func extensionsConfig(gc genericapiserver.Config, etcd genericoptions.EtcdOptions, f informers.SharedInformerFactory,
+func extensionsConfig(gc genericapiserver.Config, etcd genericoptions.EtcdOptions, shared *sharedEtcd, f informers.SharedInformerFactory,
 	services webhook.ServiceResolver, auth webhook.AuthenticationInfoResolverWrapper) (*apiextensionsapiserver.Config, error) {
 	gc.PostStartHooks = map[string]genericapiserver.PostStartHookConfigEntry{}
 	gc.RESTOptionsGetter = nil
@@ -53,6 +53,7 @@ func extensionsConfig(gc genericapiserver.Config, etcd genericoptions.EtcdOption
 	if err := etcd.ApplyTo(&gc); err != nil {
 		return nil, fmt.Errorf("configure CustomResourceDefinition storage: %w", err)
 	}
+	gc.RESTOptionsGetter = shared.options(gc.RESTOptionsGetter, etcd)
 	resources := serverstorage.NewResourceConfig()
 	resources.EnableVersions(apiextensionsv1.SchemeGroupVersion)
 	gc.MergedResourceConfig = resources
@@ -63,7 +64,7 @@ func extensionsConfig(gc genericapiserver.Config, etcd genericoptions.EtcdOption
 	return &apiextensionsapiserver.Config{
 		GenericConfig: &genericapiserver.RecommendedConfig{Config: gc, SharedInformerFactory: f},
 		ExtraConfig: apiextensionsapiserver.ExtraConfig{
-			CRDRESTOptionsGetter: newCRDRESTOptionsGetter(crdEtcd, gc),
+			CRDRESTOptionsGetter: shared.options(newCRDRESTOptionsGetter(crdEtcd, gc), crdEtcd),
 			// Every host serves the API, but clients of a site talk to one of them and
 			// flotilla's own writers use their host's server: a CRD is Established as soon
 			// as this server serves it (with more than one, apiextensions waits 5 s first).

@@ -221,6 +221,9 @@ func New(cfg Config) (*Server, error) {
 	if err := etcdOpts.ApplyWithStorageFactoryTo(factory, gc); err != nil {
 		return nil, fmt.Errorf("configure etcd storage %v: %w", cfg.Etcd.Servers, err)
 	}
+	// One etcd client for every store of the chain (see sharedEtcd).
+	sharedClients := newSharedEtcd()
+	gc.RESTOptionsGetter = sharedClients.options(gc.RESTOptionsGetter, *etcdOpts)
 
 	hooks, err := newWebhookDeps(informerFactory, gc.LoopbackClientConfig)
 	if err != nil {
@@ -241,7 +244,7 @@ func New(cfg Config) (*Server, error) {
 	gc.AdmissionControl = reinvokingChain{admission.NewChainHandler(plugins...)}
 
 	// The apiextensions server is derived from ours before ours is completed.
-	extCfg, err := extensionsConfig(*gc, *etcdOpts, informerFactory, hooks.services, hooks.auth)
+	extCfg, err := extensionsConfig(*gc, *etcdOpts, sharedClients, informerFactory, hooks.services, hooks.auth)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +254,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("create CustomResourceDefinition API server: %w", err)
 	}
 
-	aggCfg, err := aggregatorConfig(*gc, *etcdOpts, informerFactory, hooks.services)
+	aggCfg, err := aggregatorConfig(*gc, *etcdOpts, sharedClients, informerFactory, hooks.services)
 	if err != nil {
 		return nil, err
 	}
