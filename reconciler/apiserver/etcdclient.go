@@ -260,7 +260,10 @@ func (g sharedEtcdOptions) GetRESTOptions(resource schema.GroupResource, example
 	if err != nil {
 		return opts, err
 	}
-	if g.watchCache {
+	// Events are served from etcd without a watch cache, as kube-apiserver serves them by
+	// default: written often, read seldom, a cache of them on every host would hold memory
+	// for little use.
+	if g.watchCache && !eventResources[resource] {
 		opts.Decorator = g.etcd.withCacher
 	} else {
 		opts.Decorator = g.etcd.undecorated

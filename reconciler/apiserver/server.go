@@ -77,6 +77,9 @@ type Config struct {
 	// DefaultTolerationSeconds is the tolerationSeconds of the node.kubernetes.io/not-ready and
 	// unreachable NoExecute tolerations added to new pods (300 like Kubernetes; negative: none).
 	DefaultTolerationSeconds int64
+	// EventTTL is how long an Event is kept after its last write (its etcd lease);
+	// DefaultEventTTL when 0, like kube-apiserver's --event-ttl.
+	EventTTL time.Duration
 	// PodSecurityDefault is the Pod Security Standards level (privileged, baseline or
 	// restricted, version latest) enforced and warned about in namespaces without
 	// pod-security.kubernetes.io labels; DefaultPodSecurityLevel when empty.
@@ -264,7 +267,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create API server: %w", err)
 	}
-	if err := installAPIs(generic, scheme, codecs, gc.RESTOptionsGetter, cfg.Validation, cfg.DefaultTolerationSeconds, cfg.Nodes, authDeps{redactionKey: cfg.RedactionKey, tokens: auth.tokens}); err != nil {
+	if err := installAPIs(generic, scheme, codecs, gc.RESTOptionsGetter, cfg.Validation, cfg.DefaultTolerationSeconds, cfg.EventTTL, cfg.Nodes, authDeps{redactionKey: cfg.RedactionKey, tokens: auth.tokens}); err != nil {
 		return nil, err
 	}
 	if err := installReviewAPIs(generic, scheme, codecs, gc.Authentication.Authenticator, gc.Authentication.APIAudiences, gc.Authorization.Authorizer, auth.rbac); err != nil {
@@ -331,7 +334,7 @@ type authDeps struct {
 }
 
 // installAPIs creates the storage of every served resource and installs the API groups.
-func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, codecs serializer.CodecFactory, optsGetter generic.RESTOptionsGetter, vopts validation.Options, tolerationSeconds int64, nodes NodeConnection, ad authDeps) error {
+func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, codecs serializer.CodecFactory, optsGetter generic.RESTOptionsGetter, vopts validation.Options, tolerationSeconds int64, eventTTL time.Duration, nodes NodeConnection, ad authDeps) error {
 	groups := map[string]*genericapiserver.APIGroupInfo{}
 	var order []string
 	stores := map[schema.GroupResource]*store{}
@@ -352,6 +355,9 @@ func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, c
 			return err
 		}
 		strat.defaultTolerationSeconds = tolerationSeconds
+		if eventResources[r.groupResource()] {
+			st.TTLFunc = eventTTLFunc(eventTTL)
+		}
 		if r.groupResource() == corev1.Resource("services") {
 			alloc, err := newServiceAllocators(optsGetter, vopts.ServiceCIDR, vopts.NodePortMin, vopts.NodePortMax)
 			if err != nil {

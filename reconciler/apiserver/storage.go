@@ -3,11 +3,13 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -45,6 +47,29 @@ func newStrategy(scheme *runtime.Scheme, r resource, opts validation.Options) *s
 	s.funcs, s.hasFuncs = validation.For(r.gvk().GroupKind(), opts)
 	applyKindHooks(s)
 	return s
+}
+
+// DefaultEventTTL is how long an Event is kept after its last write, as in Kubernetes.
+const DefaultEventTTL = time.Hour
+
+// eventResources are the kinds kept for a time only: both API groups' Events.
+var eventResources = map[schema.GroupResource]bool{
+	{Resource: "events"}:                         true,
+	{Group: "events.k8s.io", Resource: "events"}: true,
+}
+
+// eventTTLFunc gives every write of an Event a lease of ttl (DefaultEventTTL when 0): etcd
+// deletes the Event when no write has renewed it in that time. Without it the Events of a
+// site that runs for months fill its etcd.
+func eventTTLFunc(ttl time.Duration) func(runtime.Object, uint64, bool) (uint64, error) {
+	if ttl <= 0 {
+		ttl = DefaultEventTTL
+	}
+	seconds := uint64(ttl.Seconds())
+	if seconds == 0 {
+		seconds = 1
+	}
+	return func(runtime.Object, uint64, bool) (uint64, error) { return seconds, nil }
 }
 
 // newStore creates the registry Store of one resource.
