@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -10,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
+	"github.com/flotilla-dev/flotilla/internal/memtrim"
 	"github.com/flotilla-dev/flotilla/nodes/host"
 )
 
@@ -45,6 +47,7 @@ func newAgentCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			go releaseStartupPages(ctx, time.Minute)
 			var runErr error
 			select {
 			case <-ctx.Done():
@@ -136,4 +139,20 @@ func newAgentCommand() *cobra.Command {
 	f.StringVar(&c.SnapshotSchedule, "snapshot-schedule", c.SnapshotSchedule, "cron expression (5 fields: minute hour day-of-month month day-of-week, UTC; or @daily, @every 6h) at which this server host saves a snapshot (as flotilla snapshot save) to <data-dir>/snapshots; empty: none")
 	f.IntVar(&c.SnapshotRetention, "snapshot-retention", c.SnapshotRetention, "scheduled snapshots kept in <data-dir>/snapshots, the newest (at least 1)")
 	return cmd
+}
+
+// releaseStartupPages unmaps, once the host has run for settle, the pages of the executable
+// that only start-up used (package initialization, the OpenAPI documents, etcd's bootstrap,
+// the first sync of every cache): some 30 MiB of the agent's resident memory otherwise, as the
+// kernel maps the code around each page run. They stay in the page cache; what runs again is
+// mapped back.
+func releaseStartupPages(ctx context.Context, settle time.Duration) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(settle):
+	}
+	if err := memtrim.Release(); err != nil {
+		logrus.WithError(err).Warn("could not release the start-up pages of the executable")
+	}
 }

@@ -47,7 +47,7 @@ func BenchmarkGitOps(b *testing.B) {
 	time.Sleep(20 * time.Second)
 	for _, h := range s.Hosts {
 		agent := rssKiB(h.PID())
-		b.Logf("%s idle: agent RSS %d MiB", h.Name, agent/1024)
+		b.Logf("%s idle: agent RSS %d MiB (%s)", h.Name, agent/1024, rssParts(h.PID()))
 		b.ReportMetric(float64(agent)/1024, "MiB-idle-agent-rss-"+h.Name)
 	}
 	repo, err := devsite.NewGitRepo(b.TempDir(), filepath.Join(framework.RepoRoot(), "examples", "hello"))
@@ -170,7 +170,7 @@ spec: {url: %q, ref: {branch: main}, interval: 5s, serviceAccountName: site-depl
 				nShims++
 			}
 		}
-		b.Logf("%s with %d pods: agent RSS %d MiB, containerd %d MiB, %d shims %d MiB", h.Name, perHost, agent/1024, ctrd/1024, nShims, shims/1024)
+		b.Logf("%s with %d pods: agent RSS %d MiB (%s), containerd %d MiB, %d shims %d MiB", h.Name, perHost, agent/1024, rssParts(h.PID()), ctrd/1024, nShims, shims/1024)
 		b.ReportMetric(float64(agent)/1024, "MiB-agent-rss-"+h.Name)
 		b.ReportMetric(float64(ctrd)/1024, "MiB-containerd-rss-"+h.Name)
 		b.ReportMetric(float64(shims)/1024, "MiB-shims-rss-"+h.Name)
@@ -217,13 +217,22 @@ func envInt(name string, def int) int {
 }
 
 // rssKiB is the resident set of a process (VmRSS), 0 if it is gone.
-func rssKiB(pid int) int {
+func rssKiB(pid int) int { return statusKiB(pid, "VmRSS:") }
+
+// rssParts is the resident set of a process split into its anonymous memory (the Go heap
+// and stacks) and its file pages (the executable's code and constants).
+func rssParts(pid int) string {
+	return fmt.Sprintf("anonymous %d MiB, file %d MiB", statusKiB(pid, "RssAnon:")/1024, statusKiB(pid, "RssFile:")/1024)
+}
+
+// statusKiB is one "Name: N kB" field of /proc/PID/status, 0 if the process is gone.
+func statusKiB(pid int, field string) int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == field {
 			n, _ := strconv.Atoi(f[1])
 			return n
 		}
