@@ -43,8 +43,9 @@ func BenchmarkGitOps(b *testing.B) {
 		n, state := readyNodes(s.Hosts[0])
 		return n == 3, state
 	})
-	// An idle host: the site's own objects only, after start-up has settled.
-	time.Sleep(20 * time.Second)
+	// An idle host: the site's own objects only, after start-up has settled (and the agents
+	// have released the pages of the executable only start-up used, a minute after start).
+	time.Sleep(70 * time.Second)
 	for _, h := range s.Hosts {
 		agent := rssKiB(h.PID())
 		b.Logf("%s idle: agent RSS %d MiB (%s)", h.Name, agent/1024, rssParts(h.PID()))
