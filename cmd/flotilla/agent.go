@@ -143,9 +143,8 @@ func newAgentCommand() *cobra.Command {
 
 // releaseStartupPages unmaps, once the host has run for settle, the pages of the executable
 // that only start-up used (package initialization, the OpenAPI documents, etcd's bootstrap,
-// the first sync of every cache): some 30 MiB of the agent's resident memory otherwise, as the
-// kernel maps the code around each page run. They stay in the page cache; what runs again is
-// mapped back.
+// the first sync of every cache), and the pages the kernel mapped around them: some 30 MiB of
+// an idle host's resident memory. They stay in the page cache; what runs again maps back.
 func releaseStartupPages(ctx context.Context, settle time.Duration) {
 	select {
 	case <-ctx.Done():
