@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,14 +107,54 @@ func New(opts Options) (*Site, error) {
 		return nil, errors.New("set both the flotilla binary (Options.Bin) and the data directory (Options.Dir)")
 	}
 	id := randHex(2)
-	n, _ := rand.Int(rand.Reader, big.NewInt(200))
-	s := &Site{opts: opts, prefix: "fl" + id, subnet: fmt.Sprintf("10.213.%d", n.Int64()+20)}
+	n, _ := rand.Int(rand.Reader, big.NewInt(subnetCount))
+	subnet, err := freeSubnet(subnetsInUse(), int(n.Int64()))
+	if err != nil {
+		return nil, err
+	}
+	s := &Site{opts: opts, prefix: "fl" + id, subnet: subnet}
 	s.bridge = s.prefix + "br"
 	if err := s.setup(); err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// Sites live on 10.213.N.0/24, N from subnetFirst on.
+const subnetFirst, subnetCount = 20, 200
+
+// freeSubnet is the first of the sites' subnets, from the start-th on (wrapping around), that
+// no interface of this machine has an address in: a bridge left by a site whose process was
+// killed, or another site, would otherwise take the route to the new site's hosts.
+func freeSubnet(inUse map[string]bool, start int) (string, error) {
+	for i := range subnetCount {
+		subnet := fmt.Sprintf("10.213.%d", subnetFirst+(start+i)%subnetCount)
+		if !inUse[subnet] {
+			return subnet, nil
+		}
+	}
+	return "", fmt.Errorf("every subnet 10.213.%d-%d.0/24 has an address on this machine: remove the bridges of old sites (fl*br in `ip link`, `ip link del NAME`)", subnetFirst, subnetFirst+subnetCount-1)
+}
+
+// subnetsInUse lists the "10.213.N" prefixes of the addresses of this machine's interfaces
+// (in the caller's network namespace).
+func subnetsInUse() map[string]bool {
+	used := map[string]bool{}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return used
+	}
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		if ip4 := ipn.IP.To4(); ip4 != nil && ip4[0] == 10 && ip4[1] == 213 {
+			used[fmt.Sprintf("10.213.%d", ip4[2])] = true
+		}
+	}
+	return used
 }
 
 func (s *Site) setup() error {
