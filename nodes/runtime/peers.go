@@ -517,11 +517,12 @@ func (s *contentSource) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	info, err := s.store.Info(ctx, dgst)
 	if errdefs.IsNotFound(err) && kind == "blobs" {
+		seen := int64(-1)
 		if req.Header.Get(peerAwaitHeader) != "" {
-			s.awaitFetch(ctx, dgst)
+			seen = s.awaitFetch(ctx, dgst)
 		}
 		// An ingest this host opened while it asks its peers is not a fetch: answer now.
-		if !s.isLooking(dgst) && s.waitIngest(ctx, dgst) {
+		if !s.isLooking(dgst) && s.waitIngest(ctx, dgst, seen) {
 			info, err = s.store.Info(ctx, dgst)
 		}
 	}
@@ -588,15 +589,18 @@ func (s *contentSource) isLooking(dgst digest.Digest) bool {
 // awaitFetch waits for this host to have dgst or to fetch it (an ingest of it, once this host
 // is no longer asking its peers for it), as long as it will or may fetch it: up to
 // peerAwaitExpected while a pull of this host lists it, up to peerAwaitStart while a pull has
-// not read its manifest yet; not at all otherwise.
-func (s *contentSource) awaitFetch(ctx context.Context, dgst digest.Digest) {
+// not read its manifest yet; not at all otherwise. It returns the offset of the ingest it saw
+// (-1: none), for waitIngest to go on from.
+func (s *contentSource) awaitFetch(ctx context.Context, dgst digest.Digest) int64 {
 	start := time.Now()
 	for {
 		if _, err := s.store.Info(ctx, dgst); err == nil {
-			return
+			return -1
 		}
-		if !s.isLooking(dgst) && s.ingesting(ctx, dgst) >= 0 {
-			return
+		if !s.isLooking(dgst) {
+			if offset, err := s.ingesting(ctx, dgst); err == nil && offset >= 0 {
+				return offset
+			}
 		}
 		expected, resolving := false, true
 		if s.plans != nil {
@@ -606,48 +610,51 @@ func (s *contentSource) awaitFetch(ctx context.Context, dgst digest.Digest) {
 		case expected && waited < peerAwaitExpected:
 		case resolving && waited < peerAwaitStart:
 		default:
-			return
+			return -1
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return -1
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
-// ingesting returns the offset of this host's ingest of dgst, -1 when there is none.
-func (s *contentSource) ingesting(ctx context.Context, dgst digest.Digest) int64 {
+// ingesting returns the offset of this host's ingest of dgst, -1 when there is none. The
+// listing fails as a whole when one ingest's status cannot be read: that says nothing of dgst.
+func (s *contentSource) ingesting(ctx context.Context, dgst digest.Digest) (int64, error) {
 	sts, err := s.store.ListStatuses(ctx)
 	if err != nil {
-		return -1
+		return -1, err
 	}
 	for _, st := range sts {
 		// containerd names a pull's ingests by remotes.MakeRefKey: "layer-sha256:...".
 		if st.Expected == dgst || strings.HasSuffix(st.Ref, "-"+dgst.String()) {
-			return st.Offset
+			return st.Offset, nil
 		}
 	}
-	return -1
+	return -1, nil
 }
 
 // peerIngestGone is how many checks in a row must miss an ingest that was seen before it
 // counts as gone: the store lists an ingest only while it can read all of its status, which
-// its writer rewrites on every write.
+// its writer rewrites on every write, and a committed blob is no longer an ingest a moment
+// before its metadata lists it (containerd commits the file, then its database transaction).
 const peerIngestGone = 3
 
 // waitIngest waits while this host fetches dgst, as long as the fetch progresses, and says
-// whether the blob arrived.
-func (s *contentSource) waitIngest(ctx context.Context, dgst digest.Digest) bool {
-	var last int64 = -1
+// whether the blob arrived. last is the offset of the ingest the caller saw (-1: none).
+func (s *contentSource) waitIngest(ctx context.Context, dgst digest.Digest, last int64) bool {
 	progressed := time.Now()
 	missed := 0
 	for {
 		if _, err := s.store.Info(ctx, dgst); err == nil {
 			return true
 		}
-		offset := s.ingesting(ctx, dgst)
+		offset, err := s.ingesting(ctx, dgst)
 		switch {
+		case err != nil:
+			// Not a miss: look again.
 		case offset >= 0 && offset != last:
 			last, progressed, missed = offset, time.Now(), 0
 		case offset >= 0:
@@ -656,7 +663,7 @@ func (s *contentSource) waitIngest(ctx context.Context, dgst digest.Digest) bool
 			missed++
 		}
 		// An ingest never seen is no fetch; one seen must be missing a few times in a row.
-		gone := offset < 0 && (last < 0 || missed >= peerIngestGone)
+		gone := err == nil && offset < 0 && (last < 0 || missed >= peerIngestGone)
 		if gone || time.Since(progressed) > peerIngestStall {
 			// A fetch that just committed is no longer listed: look once more.
 			_, err := s.store.Info(ctx, dgst)

@@ -403,6 +403,69 @@ func TestPeerHandlerWaitsForFetchInProgress(t *testing.T) {
 	}
 }
 
+// commitGapStore is a content store as containerd's metadata store behaves around a commit:
+// after its first listing the ingest is listed no more, and the blob is there only once the
+// commit's database transaction ends, gap later.
+type commitGapStore struct {
+	content.Store
+	commit func() // commits the ingest
+	gap    time.Duration
+
+	mu       sync.Mutex
+	listings int
+}
+
+func (s *commitGapStore) ListStatuses(ctx context.Context, fs ...string) ([]content.Status, error) {
+	s.mu.Lock()
+	s.listings++
+	n := s.listings
+	s.mu.Unlock()
+	switch n {
+	case 1:
+		return s.Store.ListStatuses(ctx, fs...)
+	case 2:
+		go func() {
+			time.Sleep(s.gap)
+			s.commit()
+		}()
+	}
+	return nil, nil
+}
+
+// The designated host, asked for a blob it has begun to fetch, answers with the blob when the
+// fetch ends while the blob is between its ingest and the content store (containerd commits
+// the file, then the database transaction): the asking host does not go to the registry.
+func TestDesignatedHostWaitsThroughTheCommit(t *testing.T) {
+	ctx := context.Background()
+	h := newTestHost(t)
+	blob := bytes.Repeat([]byte("committing"), 4096)
+	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: digest.FromBytes(blob), Size: int64(len(blob))}
+	w, err := content.OpenWriter(ctx, h.store, content.WithRef(remotes.MakeRefKey(ctx, desc)), content.WithDescriptor(desc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(blob); err != nil {
+		t.Fatal(err)
+	}
+	committed := make(chan error, 1)
+	h.source.store = &commitGapStore{Store: h.store, gap: 300 * time.Millisecond,
+		commit: func() { committed <- w.Commit(ctx, desc.Size, desc.Digest) }}
+
+	req, _ := http.NewRequest(http.MethodHead, h.server.URL+"/v2/x/blobs/"+desc.Digest.String(), nil)
+	req.Header.Set(peerAwaitHeader, "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if err := <-committed; err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("HEAD of a blob whose fetch was committing: %d, want 200 once committed", resp.StatusCode)
+	}
+}
+
 // Hosts that pull one image at the same moment fetch each blob from the registry once: the
 // designated host of each blob fetches it, the others wait for it, also when every host is
 // slow to reach the blobs its manifest lists (longer than peerAwaitStart, as on a loaded
