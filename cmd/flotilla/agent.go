@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -11,6 +12,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
+	"github.com/flotilla-dev/flotilla/gitsync"
+	"github.com/flotilla-dev/flotilla/internal/memlimit"
 	"github.com/flotilla-dev/flotilla/internal/memtrim"
 	"github.com/flotilla-dev/flotilla/nodes/host"
 )
@@ -40,8 +43,11 @@ func newAgentCommand() *cobra.Command {
 				}
 				defer removePID()
 			}
-			if c.MemoryLimit > 0 {
+			switch {
+			case c.MemoryLimit > 0:
 				debug.SetMemoryLimit(c.MemoryLimit)
+			case c.MemoryLimit == host.MemoryLimitAuto && os.Getenv("GOMEMLIMIT") == "" && os.Getenv("GOGC") == "":
+				go memlimit.Default.Run(ctx, time.Second)
 			}
 			h, err := host.Start(ctx, c)
 			if err != nil {
@@ -119,7 +125,7 @@ func newAgentCommand() *cobra.Command {
 	f.StringVar(&c.RegistryConfig, "registry-config", c.RegistryConfig, "registries.yaml of image registries, as k3s's: mirrors (endpoint URLs; plain HTTP only for an http:// one) and configs (auth, tls) per registry host; default <data-dir>/registries.yaml when it exists")
 	f.StringVar(&c.SeccompDefault, "seccomp-default", c.SeccompDefault, "seccomp profile of the containers of pods that set none: RuntimeDefault (containerd's default profile) or Unconfined; Localhost profiles are files below <data-dir>/seccomp")
 	f.Var((*byteSize)(&c.ContainerLogMaxSize), "container-log-max-size", "size at which a container's log file is rotated (such as 10Mi; at least 1Ki); a container's logs take at most this times --container-log-max-files on disk")
-	f.Var((*byteSize)(&c.MemoryLimit), "memory-limit", "soft limit of the agent's Go memory, as the GOMEMLIMIT environment variable (such as 200Mi): near it the garbage collector runs more often rather than let the heap double; 0: the environment's GOMEMLIMIT, or none")
+	f.Var((*memoryLimit)(&c.MemoryLimit), "memory-limit", "soft limit of the agent's Go memory, as the GOMEMLIMIT environment variable (such as 200Mi): near it the garbage collector runs more often rather than let the heap double; auto: 150Mi, or 1.5 to 2 times the live heap when more (none from 200Mi of live heap), unless GOMEMLIMIT or GOGC is set; 0: the environment's GOMEMLIMIT, or none")
 	f.IntVar(&c.ContainerLogMaxFiles, "container-log-max-files", c.ContainerLogMaxFiles, "log files kept per container, the current one included (at least 2); rotated files are named <log>.<timestamp>, uncompressed")
 	f.StringVar(&c.EvictionHard, "eviction-hard", c.EvictionHard, "hard eviction thresholds, as the kubelet's: SIGNAL<QUANTITY or SIGNAL<PERCENT%, comma-separated (memory.available, nodefs.available, nodefs.inodesFree, imagefs.available, imagefs.inodesFree, pid.available); empty: none")
 	f.DurationVar(&c.EvictionPressureTransition, "eviction-pressure-transition-period", c.EvictionPressureTransition, "how long a pressure condition stays True after its threshold was last met")
@@ -154,4 +160,32 @@ func releaseStartupPages(ctx context.Context, settle time.Duration) {
 	if err := memtrim.Release(); err != nil {
 		logrus.WithError(err).Warn("could not release the start-up pages of the executable")
 	}
+}
+
+// memoryLimit is --memory-limit: a size, 0 (none) or auto (host.MemoryLimitAuto).
+type memoryLimit int64
+
+func (m *memoryLimit) String() string {
+	switch *m {
+	case host.MemoryLimitAuto:
+		return "auto"
+	case 0:
+		return "0"
+	}
+	return gitsync.FormatBytes(int64(*m))
+}
+func (m *memoryLimit) Type() string { return "auto|size" }
+func (m *memoryLimit) Set(s string) error {
+	switch s {
+	case "auto":
+		*m = host.MemoryLimitAuto
+		return nil
+	case "0":
+		*m = 0
+		return nil
+	}
+	if err := (*byteSize)(m).Set(s); err != nil {
+		return fmt.Errorf("%q: give auto, 0 (none) or a size such as 200Mi", s)
+	}
+	return nil
 }

@@ -135,7 +135,8 @@ type Config struct {
 	// MemoryLimit (bytes) is the soft limit of the agent's Go heap and runtime (the runtime's
 	// GOMEMLIMIT): near it the garbage collector runs more often instead of letting the heap
 	// double. 0 leaves the runtime's own setting (the GOMEMLIMIT environment variable, or
-	// none).
+	// none); MemoryLimitAuto (the default) follows the live heap (internal/memlimit), unless
+	// GOMEMLIMIT or GOGC is set in the environment.
 	MemoryLimit int64
 	// ImageGCHighThresholdPercent and ImageGCLowThresholdPercent: when the usage of the
 	// filesystem holding containerd's images reaches the high threshold, unused images are
@@ -184,9 +185,13 @@ type Config struct {
 	SnapshotRetention int
 }
 
+// MemoryLimitAuto is the MemoryLimit that follows the agent's live heap.
+const MemoryLimitAuto = -1
+
 // DefaultConfig returns the defaults of `flotilla agent`.
 func DefaultConfig() Config {
 	return Config{
+		MemoryLimit:   MemoryLimitAuto,
 		ListenAddress: "0.0.0.0", APIPort: 6443, EtcdClientPort: 2379, EtcdPeerPort: 2380, GossipPort: 7946,
 		ServiceCIDR: "10.96.0.0/12", NodePortRange: "30000-32767", ShutdownTimeout: 5 * time.Second,
 		EtcdVoters: 3, VoterReplaceAfter: 60 * time.Second, Controllers: "*",
@@ -279,8 +284,8 @@ func (c *Config) Complete() (validation.Options, error) {
 	default:
 		return vopts, fmt.Errorf("--seccomp-default %q: use RuntimeDefault or Unconfined (the seccomp profile of containers whose pod sets none; default RuntimeDefault)", c.SeccompDefault)
 	}
-	if c.MemoryLimit != 0 && c.MemoryLimit < 64<<20 {
-		return vopts, fmt.Errorf("--memory-limit %d: give 0 (none) or at least 64Mi (the soft limit of the agent's Go memory; an agent with etcd and the API needs about 100Mi)", c.MemoryLimit)
+	if c.MemoryLimit != 0 && c.MemoryLimit != MemoryLimitAuto && c.MemoryLimit < 64<<20 {
+		return vopts, fmt.Errorf("--memory-limit %d: give auto, 0 (none) or at least 64Mi (the soft limit of the agent's Go memory; an agent with etcd and the API needs about 100Mi)", c.MemoryLimit)
 	}
 	if c.ContainerLogMaxSize < 1<<10 || c.ContainerLogMaxFiles < 2 {
 		return vopts, fmt.Errorf("--container-log-max-size %d and --container-log-max-files %d: give at least 1Ki and 2 (size at which a container's log file is rotated, files kept; default 10Mi and 5)", c.ContainerLogMaxSize, c.ContainerLogMaxFiles)

@@ -26,7 +26,7 @@ func TestConfigCompleteBadInput(t *testing.T) {
 		{"unknown seccomp default", func(c *Config) { c.SeccompDefault = "Localhost" }, "--seccomp-default"},
 		{"one container log file", func(c *Config) { c.ContainerLogMaxFiles = 1 }, "--container-log-max-files 1"},
 		{"tiny container log", func(c *Config) { c.ContainerLogMaxSize = 100 }, "--container-log-max-size 100"},
-		{"tiny memory limit", func(c *Config) { c.MemoryLimit = 1 << 20 }, "--memory-limit 1048576: give 0 (none) or at least 64Mi"},
+		{"tiny memory limit", func(c *Config) { c.MemoryLimit = 1 << 20 }, "--memory-limit 1048576: give auto, 0 (none) or at least 64Mi"},
 		{"negative audit rotation", func(c *Config) { c.AuditLogMaxBackup = -1 }, "--audit-log-maxbackup"},
 		{"audit policy without log", func(c *Config) { c.AuditLogPath, c.AuditPolicyFile = "", "p.yaml" }, "--audit-policy-file"},
 		{"reserved node label", func(c *Config) { c.NodeLabels = map[string]string{"node-role.kubernetes.io/worker": ""} }, "--node-label node-role.kubernetes.io/worker"},
