@@ -170,6 +170,11 @@ func countConns(n *atomic.Int64) func(net.Conn, http.ConnState) {
 // Shutdown comes only once no connection is left (or at the timeout: what remains is cut).
 func closeServers(servers []*http.Server, open []*atomic.Int64, timeout time.Duration, ls ...net.Listener) int64 {
 	deadline := time.Now().Add(timeout)
+	// Before the listeners close: a client that sees its connect refused may already have
+	// sent a request on a connection accepted earlier, and that answer must end keep-alive.
+	for _, s := range servers {
+		s.SetKeepAlivesEnabled(false)
+	}
 	for _, l := range ls {
 		if l != nil {
 			_ = l.Close()
