@@ -20,6 +20,8 @@ KUBE_LDFLAGS := $(foreach p,k8s.io/client-go/pkg/version k8s.io/component-base/v
 LDFLAGS := -s -w $(KUBE_LDFLAGS) -X main.flotillaVersion=$(VERSION)
 
 GO_TEST_TIMEOUT ?= 50m
+# Where a failed end-to-end test leaves its hosts' whole logs (kept after the run).
+E2E_LOGS ?= /var/tmp/flotilla-e2e-logs
 
 # BENCHRUN runs a benchmark command printing only its figures and failures (no component logs).
 BENCHRUN := $(CURDIR)/hack/bench-run.sh
@@ -64,7 +66,7 @@ unit-test:
 test: deps build kubectl images lint
 	@rm -f $(BIN)/figures.txt
 	@rc=0; FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl FLOTILLA_IMAGES=$(BIN)/images FLOTILLA_FIGURES=$(BIN)/figures.txt \
-		$(GO) test -count=1 -timeout $(GO_TEST_TIMEOUT) -p 1 ./... || rc=$$?; \
+		FLOTILLA_E2E_LOGS=$(E2E_LOGS) $(GO) test -count=1 -timeout $(GO_TEST_TIMEOUT) -p 1 ./... || rc=$$?; \
 	$(BIN)/flotilla policy test policies/library || rc=$$?; \
 	echo; echo "== figures measured by the tests =="; cat $(BIN)/figures.txt 2>/dev/null || echo "(none)"; \
 	exit $$rc

@@ -38,8 +38,12 @@ func newSite(t testing.TB, n int) *devsite.Site {
 			for _, h := range s.Hosts {
 				t.Logf("---- %s log (tail) ----\n%s", h.Name, tailLines(h.Logs(), 40))
 				if keep != "" {
-					_ = os.MkdirAll(keep, 0o755)
-					_ = os.WriteFile(filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_")+"-"+h.Name+".log"), []byte(h.Logs()), 0o644)
+					f := filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_")+"-"+h.Name+".log")
+					if err := os.MkdirAll(keep, 0o755); err == nil {
+						if err = os.WriteFile(f, []byte(h.Logs()), 0o644); err == nil {
+							t.Logf("%s's whole log: %s", h.Name, f)
+						}
+					}
 				}
 			}
 		}
