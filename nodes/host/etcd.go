@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -237,12 +238,24 @@ func (h *Host) startEtcd() error {
 			h.log.Info("etcd member starting: it serves once a quorum of voters is reachable")
 		}
 		m, err := etcd.Start(h.runCtx, cfg)
-		if err != nil {
+		if errors.Is(err, etcd.ErrStopped) {
+			// Removed while away, and the check before the start could not tell (gossip or
+			// the other hosts' etcd too slow to answer): the member learnt it from a peer.
+			removed, aerr := h.lifecycle.SetAsideIfRemoved(h.runCtx, h.state, h.gossipJoined)
+			if aerr != nil {
+				return aerr
+			}
+			if !removed {
+				return err
+			}
+			servers = h.state.ClientURLs
+		} else if err != nil {
 			return err
+		} else {
+			h.member = m
+			servers = m.ClientURLs()
+			h.log.WithField("clientURLs", servers).Info("etcd member ready")
 		}
-		h.member = m
-		servers = m.ClientURLs()
-		h.log.WithField("clientURLs", servers).Info("etcd member ready")
 	}
 	if err := h.state.Save(h.statePath); err != nil {
 		return err

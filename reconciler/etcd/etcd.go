@@ -4,6 +4,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -45,7 +46,13 @@ type Member struct {
 	e       *embed.Etcd
 	cfg     Config
 	closing atomic.Bool
+	errc    chan error
 }
+
+// ErrStopped is the error of a member whose server stopped on its own: above all one removed
+// from the cluster while it was away or cut off, which stops as soon as a peer tells it
+// (embed.Etcd reports nothing then, and its client port stays open but answers nothing).
+var ErrStopped = errors.New("the etcd server stopped on its own (a member removed from the cluster stops once a peer tells it)")
 
 // Start starts a member. A new data directory bootstraps a one-member cluster (or joins the
 // cluster of cfg.InitialCluster); an existing one restarts the member with its data.
@@ -107,8 +114,15 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
+		stopped := stoppedOnItsOwn(e)
 		e.Close()
+		if stopped {
+			return nil, fmt.Errorf("etcd member %s, before it served: %w (%v)", cfg.Name, ErrStopped, err)
+		}
 		return nil, fmt.Errorf("etcd member %s failed: %w", cfg.Name, err)
+	case <-e.Server.StopNotify():
+		e.Close()
+		return nil, fmt.Errorf("etcd member %s, before it served: %w", cfg.Name, ErrStopped)
 	case <-expired:
 		e.Close()
 		return nil, fmt.Errorf("etcd member %s not ready after %s", cfg.Name, timeout)
@@ -116,14 +130,45 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		e.Close()
 		return nil, ctx.Err()
 	}
-	return &Member{e: e, cfg: cfg}, nil
+	m := &Member{e: e, cfg: cfg, errc: make(chan error, 1)}
+	go m.watch()
+	return m, nil
+}
+
+// stoppedOnItsOwn reports whether e's server is stopping or stopped: its client listeners
+// then end with "server is stopping", which says less than ErrStopped.
+func stoppedOnItsOwn(e *embed.Etcd) bool {
+	select {
+	case <-e.Server.StoppingNotify():
+		return true
+	default:
+		return false
+	}
+}
+
+// watch reports on Err what embed.Etcd reports, and the server stopping on its own.
+func (m *Member) watch() {
+	select {
+	case err, ok := <-m.e.Err():
+		if ok && !m.closing.Load() {
+			if stoppedOnItsOwn(m.e) {
+				err = fmt.Errorf("%w (%v)", ErrStopped, err)
+			}
+			m.errc <- err
+		}
+	case <-m.e.Server.StopNotify():
+		if !m.closing.Load() {
+			m.errc <- ErrStopped
+		}
+	}
 }
 
 // ClientURLs returns the URLs clients use.
 func (m *Member) ClientURLs() []string { return []string{m.cfg.ClientURL.String()} }
 
-// Err reports a fatal error of the running member.
-func (m *Member) Err() <-chan error { return m.e.Err() }
+// Err reports a fatal error of the running member, ErrStopped when its server stopped on
+// its own. Nothing comes after Close.
+func (m *Member) Err() <-chan error { return m.errc }
 
 // Close stops the member; it is safe to call more than once, and returns at once when
 // another call is already stopping it.

@@ -188,16 +188,8 @@ func (l *Lifecycle) Restart(ctx context.Context, st *ClusterState, gossipJoined 
 		}
 		l.log().WithFields(logrus.Fields{"from": st.PeerURL, "to": l.PeerURL}).Info("etcd peer URL updated after an address change")
 	case PlanCheckRemoved:
-		if gossipJoined(15*time.Second) == nil && l.removed(ctx) {
-			aside := fmt.Sprintf("%s.removed-%d", l.EtcdDir, time.Now().Unix())
-			if err := os.Rename(l.EtcdDir, aside); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("keep the etcd data of a removed member aside: %w", err)
-			}
-			st.Member = false
-			l.log().WithField("oldData", aside).Warn("this host's etcd member was removed while it was away; it rejoins as a standby (old data kept aside)")
-			if urls := l.voterURLs(ctx, 5*time.Second); len(urls) > 0 {
-				st.ClientURLs = urls
-			}
+		if _, err := l.SetAsideIfRemoved(ctx, st, gossipJoined); err != nil {
+			return err
 		}
 	case PlanRefreshVoters:
 		if gossipJoined(15*time.Second) == nil {
@@ -208,6 +200,28 @@ func (l *Lifecycle) Restart(ctx context.Context, st *ClusterState, gossipJoined 
 	}
 	st.PeerURL = l.PeerURL
 	return nil
+}
+
+// SetAsideIfRemoved asks the other hosts' etcd whether this host's member is still one of
+// theirs. When it is not (a standby took its seat while it was away), the member's data is
+// moved aside, st becomes a standby's (the voters gossip shows as its etcd servers) and it
+// returns true. When nobody answers it cannot tell and returns false: starting on the old
+// data is the safe guess then, and a removed member stops as soon as a peer tells it
+// (ErrStopped), when the caller asks again.
+func (l *Lifecycle) SetAsideIfRemoved(ctx context.Context, st *ClusterState, gossipJoined func(timeout time.Duration) error) (bool, error) {
+	if gossipJoined(15*time.Second) != nil || !l.removed(ctx) {
+		return false, nil
+	}
+	aside := fmt.Sprintf("%s.removed-%d", l.EtcdDir, time.Now().Unix())
+	if err := os.Rename(l.EtcdDir, aside); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("keep the etcd data of a removed member aside: %w", err)
+	}
+	st.Member = false
+	l.log().WithField("oldData", aside).Warn("this host's etcd member was removed while it was away; it rejoins as a standby (old data kept aside)")
+	if urls := l.voterURLs(ctx, 5*time.Second); len(urls) > 0 {
+		st.ClientURLs = urls
+	}
+	return true, nil
 }
 
 // voterURLs returns the etcd client URLs alive hosts publish, waiting up to timeout for

@@ -143,6 +143,40 @@ func TestRestartReplacedVoterRejoinsAsStandby(t *testing.T) {
 	}
 }
 
+// TestSetAsideIfRemovedAfterTheMemberStopped: asked again once the member stopped on its own
+// (the check before its start could not tell), a removed host becomes a standby; a member
+// the others still list, or a question nobody answers, leaves the data where it is.
+func TestSetAsideIfRemovedAfterTheMemberStopped(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cluster *fakeCluster
+		removed bool
+	}{
+		{"removed", &fakeCluster{members: []*etcdserverpb.Member{{ID: 1, Name: "host-1"}, {ID: 3, Name: "host-3"}, {ID: 4, Name: "host-4"}}}, true},
+		{"still a member", &fakeCluster{members: []*etcdserverpb.Member{{ID: 1, Name: "host-1"}, {ID: 2, Name: "host-2"}, {ID: 3, Name: "host-3"}}}, false},
+		{"nobody answers", &fakeCluster{listErr: errors.New("context deadline exceeded")}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLifecycle(t, tc.cluster, sitePeers)
+			if err := os.MkdirAll(filepath.Join(l.EtcdDir, "member"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			st := &ClusterState{Member: true, PeerURL: l.PeerURL}
+			removed, err := l.SetAsideIfRemoved(context.Background(), st, joined)
+			if err != nil || removed != tc.removed {
+				t.Fatalf("SetAsideIfRemoved = %v, %v; want %v", removed, err, tc.removed)
+			}
+			_, statErr := os.Stat(l.EtcdDir)
+			if st.Member == tc.removed || errors.Is(statErr, os.ErrNotExist) != tc.removed {
+				t.Fatalf("member %v, data in place: %v; want member %v", st.Member, statErr, !tc.removed)
+			}
+			if tc.removed && strings.Join(st.ClientURLs, ",") != "https://10.0.0.1:2379,https://10.0.0.3:2379" {
+				t.Fatalf("standby etcd servers %v, want the voters gossip shows", st.ClientURLs)
+			}
+		})
+	}
+}
+
 func TestRestartVoterStillMemberStarts(t *testing.T) {
 	cluster := &fakeCluster{members: []*etcdserverpb.Member{{ID: 1, Name: "host-1"}, {ID: 2, Name: "host-2"}, {ID: 3, Name: "host-3"}}}
 	l := newLifecycle(t, cluster, sitePeers)

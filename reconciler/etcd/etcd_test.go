@@ -1,0 +1,120 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/flotilla-dev/flotilla/internal/etcdtest"
+	"github.com/flotilla-dev/flotilla/reconciler/pki"
+)
+
+// memberConfig is the Config of a member on loopback with certificates of the site's CA.
+func memberConfig(t *testing.T, ca *pki.CA, dir, name string) Config {
+	t.Helper()
+	ips := []net.IP{net.ParseIP("127.0.0.1")}
+	srvCert, srvKey, err := ca.Ensure(pki.Request{Name: name + "-etcd-server", CommonName: name, Usage: pki.Server | pki.Client, IPs: ips})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerCert, peerKey, err := ca.Ensure(pki.Request{Name: name + "-etcd-peer", CommonName: name, Usage: pki.Server | pki.Client, IPs: ips})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Config{Name: name, DataDir: filepath.Join(dir, name),
+		ClientURL: url.URL{Scheme: "https", Host: fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))},
+		PeerURL:   url.URL{Scheme: "https", Host: fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))},
+		CAFile:    ca.CertFile(), ServerCert: srvCert, ServerKey: srvKey, PeerCert: peerCert, PeerKey: peerKey}
+}
+
+// TestRemovedMemberReportsItsStop: a member removed from the cluster stops once a peer tells
+// it, and embed.Etcd says nothing of it. Running, Err reports ErrStopped; started again on
+// its old data (a host back after another took its seat), Start returns ErrStopped instead of
+// waiting for ever for a cluster that no longer has it.
+func TestRemovedMemberReportsItsStop(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := pki.LoadOrCreateCA(filepath.Join(dir, "pki"), "flotilla-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliCert, cliKey, err := ca.Ensure(pki.Request{Name: "etcd-client", CommonName: "test", Usage: pki.Client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	a, err := Start(ctx, memberConfig(t, ca, dir, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	cli, err := NewClient(a.ClientURLs(), ca.CertFile(), cliCert, cliKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+
+	bCfg := memberConfig(t, ca, dir, "b")
+	added, err := cli.MemberAddAsLearner(ctx, []string{bCfg.PeerURL.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bCfg.InitialCluster = fmt.Sprintf("a=%s,b=%s", a.cfg.PeerURL.String(), bCfg.PeerURL.String())
+	b, err := Start(ctx, bCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := cli.Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+
+	removeAt := time.Now()
+	if _, err := cli.MemberRemove(ctx, added.Member.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-b.Err():
+		if !errors.Is(err, ErrStopped) {
+			t.Fatalf("removed member reported %v, want ErrStopped", err)
+		}
+		t.Logf("removed member reported its stop %s after the removal", time.Since(removeAt).Round(time.Millisecond))
+	case <-time.After(30 * time.Second):
+		t.Fatal("a member removed while it runs reported nothing on Err within 30s")
+	}
+	b.Close()
+
+	// Back on its old data, waiting for a quorum however long (as a host whose pods run).
+	bCfg.InitialCluster = ""
+	bCfg.ReadyTimeout = -1
+	start := time.Now()
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	defer scancel()
+	m, err := Start(sctx, bCfg)
+	if err == nil {
+		m.Close()
+		t.Fatal("a removed member started on its old data and served")
+	}
+	if !errors.Is(err, ErrStopped) {
+		t.Fatalf("Start of a removed member on its old data: %v, want ErrStopped (not a wait for ever)", err)
+	}
+	t.Logf("Start of the removed member returned %s after its start: %v", time.Since(start).Round(time.Millisecond), err)
+
+	// The cluster is untouched: one voter, the key there.
+	list, err := cli.MemberList(ctx)
+	if err != nil || len(list.Members) != 1 || list.Members[0].Name != "a" {
+		t.Fatalf("members after the removed one came back: %v, %v", list, err)
+	}
+	got, err := cli.Get(ctx, "k", clientv3.WithSerializable())
+	if err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("key written before the removal: %v, %v", got, err)
+	}
+}
