@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"net"
+	"slices"
 	"sort"
 	"time"
 
@@ -75,16 +76,26 @@ func syncKubernetesService(ctx context.Context, client kubernetes.Interface, clu
 	} else if err != nil {
 		return false, err
 	}
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	// Only the servers' Nodes and this host's own are read: what the sync costs stays the
+	// same on a site of many workers (whose API port is a proxy on their loopback).
+	servers, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: ControlPlaneLabel + "=true"})
 	if err != nil {
 		return false, err
 	}
+	nodes := servers.Items
+	if !slices.ContainsFunc(nodes, func(n corev1.Node) bool { return n.Name == self }) {
+		// Not labelled yet (labelControlPlane runs beside this loop).
+		n, err := client.CoreV1().Nodes().Get(ctx, self, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			nodes = append(nodes, *n)
+		case !apierrors.IsNotFound(err):
+			return false, err
+		}
+	}
 	var ips []string
 	listed := false
-	for _, n := range nodes.Items {
-		if n.Labels[ControlPlaneLabel] != "true" && n.Name != self {
-			continue // a worker: its API port is a proxy on its loopback
-		}
+	for _, n := range nodes {
 		if ip := nodeInternalIP(&n); ip != "" && nodeReady(&n) {
 			ips = append(ips, ip)
 			listed = listed || n.Name == self
@@ -106,10 +117,10 @@ func syncKubernetesService(ctx context.Context, client kubernetes.Interface, clu
 		want.Endpoints = append(want.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}})
 	}
-	slices := client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault)
-	cur, err := slices.Get(ctx, "kubernetes", metav1.GetOptions{})
+	sliceClient := client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault)
+	cur, err := sliceClient.Get(ctx, "kubernetes", metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		_, err = slices.Create(ctx, want, metav1.CreateOptions{})
+		_, err = sliceClient.Create(ctx, want, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return false, nil
 		}
@@ -126,7 +137,7 @@ func syncKubernetesService(ctx context.Context, client kubernetes.Interface, clu
 		return listed, nil
 	}
 	cur.Endpoints, cur.Ports, cur.Labels = want.Endpoints, want.Ports, want.Labels
-	_, err = slices.Update(ctx, cur, metav1.UpdateOptions{})
+	_, err = sliceClient.Update(ctx, cur, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
 		return false, nil
 	}

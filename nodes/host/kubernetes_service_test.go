@@ -2,12 +2,17 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func node(name, ip string, ready corev1.ConditionStatus) *corev1.Node {
@@ -35,14 +40,7 @@ func TestKubernetesServiceListsReadyHosts(t *testing.T) {
 	if svc.Spec.ClusterIP != "10.96.0.1" || svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].TargetPort.IntValue() != 6443 {
 		t.Fatalf("Service = %+v", svc.Spec)
 	}
-	slice, err := client.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range slice.Endpoints {
-		got = append(got, e.Addresses[0])
-	}
+	got := sliceAddresses(ctx, t, client)
 	if len(got) != 2 || got[0] != "10.0.0.1" || got[1] != "10.0.0.2" {
 		t.Fatalf("endpoints = %v, want the Ready servers in order [10.0.0.1 10.0.0.2], not the worker", got)
 	}
@@ -56,9 +54,8 @@ func TestKubernetesServiceListsReadyHosts(t *testing.T) {
 	if _, err := syncKubernetesService(ctx, client, net.ParseIP("10.96.0.1"), 6443, "host-0"); err != nil {
 		t.Fatal(err)
 	}
-	slice, _ = client.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-	if len(slice.Endpoints) != 1 || slice.Endpoints[0].Addresses[0] != "10.0.0.2" {
-		t.Fatalf("after host-1 went not ready: endpoints = %+v", slice.Endpoints)
+	if got := sliceAddresses(ctx, t, client); !slices.Equal(got, []string{"10.0.0.2"}) {
+		t.Fatalf("after host-1 went not ready: endpoints = %v, want [10.0.0.2]", got)
 	}
 }
 
@@ -105,4 +102,65 @@ func TestKubernetesServiceListsItsOwnServerAtOnce(t *testing.T) {
 	if err != nil || len(slice.Endpoints) != 1 || slice.Endpoints[0].Addresses[0] != "10.0.0.1" {
 		t.Fatalf("slice %+v, %v: want host-1 only", slice, err)
 	}
+}
+
+// TestKubernetesServiceReadsOnlyServers: on a site of many workers, each sync reads the
+// servers' Nodes and this host's own, not every Node of the site (every server runs it every
+// 10 s).
+func TestKubernetesServiceReadsOnlyServers(t *testing.T) {
+	ctx := context.Background()
+	objs := []runtime.Object{node("host-1", "10.0.0.1", corev1.ConditionTrue), node("host-2", "10.0.0.2", corev1.ConditionTrue)}
+	for i := range 500 {
+		objs = append(objs, worker(fmt.Sprintf("worker-%03d", i), fmt.Sprintf("10.0.%d.%d", 1+i/250, i%250)))
+	}
+	self := worker("host-3", "10.0.0.3") // a server that has not labelled its Node yet
+	objs = append(objs, self)
+	client := fake.NewSimpleClientset(objs...)
+	read := 0
+	serve := k8stesting.ObjectReaction(client.Tracker())
+	count := func(action k8stesting.Action) (bool, runtime.Object, error) {
+		handled, obj, err := serve(action)
+		switch o := obj.(type) {
+		case *corev1.NodeList:
+			// What the API serves: the tracker leaves the label selector to the typed client.
+			sel := action.(k8stesting.ListAction).GetListRestrictions().Labels
+			for _, n := range o.Items {
+				if sel.Matches(labels.Set(n.Labels)) {
+					read++
+				}
+			}
+		case *corev1.Node:
+			read++
+		}
+		return handled, obj, err
+	}
+	client.PrependReactor("list", "nodes", count)
+	client.PrependReactor("get", "nodes", count)
+
+	listed, err := syncKubernetesService(ctx, client, net.ParseIP("10.96.0.1"), 6443, "host-3")
+	if err != nil || !listed {
+		t.Fatalf("sync as host-3: listed %v, %v", listed, err)
+	}
+	got := sliceAddresses(ctx, t, client)
+	if !slices.Equal(got, []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"}) {
+		t.Fatalf("endpoints = %v, want the two labelled servers and host-3 itself", got)
+	}
+	if read > 3 {
+		t.Fatalf("the sync read %d Nodes on a site of 3 servers and 500 workers: want the servers' only", read)
+	}
+}
+
+// sliceAddresses returns the first address of each endpoint of the EndpointSlice
+// default/kubernetes.
+func sliceAddresses(ctx context.Context, t *testing.T, client *fake.Clientset) []string {
+	t.Helper()
+	slice, err := client.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range slice.Endpoints {
+		got = append(got, e.Addresses[0])
+	}
+	return got
 }
