@@ -36,6 +36,8 @@ func Start(t testing.TB) (string, *clientv3.Client) {
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
 	ec.ListenMetricsUrls = nil
+	// As the hosts' members (reconciler/etcd.Start): quiet watches learn the revision.
+	ec.WatchProgressNotifyInterval = 2 * time.Second
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		t.Fatalf("start etcd: %v", err)

@@ -49,6 +49,10 @@ type Member struct {
 	errc    chan error
 }
 
+// WatchProgressNotifyInterval is how often a member tells each quiet watch that asked for
+// progress notifications the current revision (etcd's default is 10 minutes).
+const WatchProgressNotifyInterval = 2 * time.Second
+
 // ErrStopped is the error of a member whose server stopped on its own: above all one removed
 // from the cluster while it was away or cut off, which stops as soon as a peer tells it
 // (embed.Etcd reports nothing then, and its client port stays open but answers nothing).
@@ -80,6 +84,14 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	ec.PeerTLSInfo = transport.TLSInfo{
 		CertFile: cfg.PeerCert, KeyFile: cfg.PeerKey, TrustedCAFile: cfg.CAFile, ClientCertAuth: true,
 	}
+	// Every watch that asked for progress notifications (each resource's watch cache in the
+	// API server) learns the current revision this often when its own keys are quiet. The
+	// watch caches also ask for progress when a read waits for a newer revision, but etcd
+	// answers that request for all watches of a stream at once, and not at all while any
+	// of them is behind or starts at a later revision; the API server's resources share one
+	// client and so one stream. Without this, a quiet resource's cache could stay behind (its
+	// reads failing with "Too large resource version") for as long as that lasts.
+	ec.WatchProgressNotifyInterval = WatchProgressNotifyInterval
 	// Keep history for watches; the API server compacts on its own schedule too.
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = "1h"

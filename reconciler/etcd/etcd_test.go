@@ -34,12 +34,10 @@ func memberConfig(t *testing.T, ca *pki.CA, dir, name string) Config {
 		CAFile:    ca.CertFile(), ServerCert: srvCert, ServerKey: srvKey, PeerCert: peerCert, PeerKey: peerKey}
 }
 
-// TestRemovedMemberReportsItsStop: a member removed from the cluster stops once a peer tells
-// it, and embed.Etcd says nothing of it. Running, Err reports ErrStopped; started again on
-// its old data (a host back after another took its seat), Start returns ErrStopped instead of
-// waiting for ever for a cluster that no longer has it.
-func TestRemovedMemberReportsItsStop(t *testing.T) {
-	dir := t.TempDir()
+// startMember starts member "a" of a new site whose CA is in dir, and returns the CA, the
+// member and a client of it; both stop at the end of the test.
+func startMember(ctx context.Context, t *testing.T, dir string) (*pki.CA, *Member, *clientv3.Client) {
+	t.Helper()
 	ca, err := pki.LoadOrCreateCA(filepath.Join(dir, "pki"), "flotilla-ca")
 	if err != nil {
 		t.Fatal(err)
@@ -48,19 +46,28 @@ func TestRemovedMemberReportsItsStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	m, err := Start(ctx, memberConfig(t, ca, dir, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	cli, err := NewClient(m.ClientURLs(), ca.CertFile(), cliCert, cliKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return ca, m, cli
+}
+
+// TestRemovedMemberReportsItsStop: a member removed from the cluster stops once a peer tells
+// it, and embed.Etcd says nothing of it. Running, Err reports ErrStopped; started again on
+// its old data (a host back after another took its seat), Start returns ErrStopped instead of
+// waiting for ever for a cluster that no longer has it.
+func TestRemovedMemberReportsItsStop(t *testing.T) {
+	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-
-	a, err := Start(ctx, memberConfig(t, ca, dir, "a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	cli, err := NewClient(a.ClientURLs(), ca.CertFile(), cliCert, cliKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	ca, a, cli := startMember(ctx, t, dir)
 
 	bCfg := memberConfig(t, ca, dir, "b")
 	added, err := cli.MemberAddAsLearner(ctx, []string{bCfg.PeerURL.String()})
@@ -116,5 +123,54 @@ func TestRemovedMemberReportsItsStop(t *testing.T) {
 	got, err := cli.Get(ctx, "k", clientv3.WithSerializable())
 	if err != nil || len(got.Kvs) != 1 {
 		t.Fatalf("key written before the removal: %v, %v", got, err)
+	}
+}
+
+// TestQuietWatchLearnsTheRevision: a watch whose keys do not change (the watch cache of a
+// quiet resource) learns the revision the writes to other keys reached, even while another
+// watch of the same stream makes etcd ignore requests for progress: here one that starts at
+// a later revision, as an API server's watch on a member that is behind does.
+func TestQuietWatchLearnsTheRevision(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, _, cli := startMember(ctx, t, t.TempDir())
+
+	// Both watches on one stream (the same context metadata), as the API server's are.
+	wctx := clientv3.WithRequireLeader(ctx)
+	quiet := cli.Watch(wctx, "/registry/quiet/", clientv3.WithPrefix(), clientv3.WithProgressNotify())
+	put, err := cli.Put(ctx, "/registry/busy/1", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := cli.Watch(wctx, "/registry/later/", clientv3.WithPrefix(), clientv3.WithRev(put.Header.Revision+1000))
+	put, err = cli.Put(ctx, "/registry/busy/2", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := put.Header.Revision
+	// What the API server's watch cache does when a read waits for a newer revision.
+	if err := cli.RequestProgress(wctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	deadline := time.After(5 * WatchProgressNotifyInterval)
+	for {
+		select {
+		case resp, ok := <-quiet:
+			if !ok {
+				t.Fatalf("the quiet watch ended: %v", resp.Err())
+			}
+			if len(resp.Events) > 0 {
+				t.Fatalf("the quiet watch got events: %v", resp.Events)
+			}
+			if resp.IsProgressNotify() && resp.Header.Revision >= want {
+				t.Logf("the quiet watch learned revision %d %s after the write", resp.Header.Revision, time.Since(start).Round(time.Millisecond))
+				return
+			}
+		case resp := <-later:
+			t.Fatalf("the watch from a later revision got %+v", resp)
+		case <-deadline:
+			t.Fatalf("the quiet watch did not learn revision %d within %s", want, 5*WatchProgressNotifyInterval)
+		}
 	}
 }
