@@ -158,11 +158,14 @@ func TestExhaustedClusterCIDR(t *testing.T) {
 	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers="}})
 	client := a.Client()
 	ctx := context.Background()
-	// The agent registers its own Node; it takes one of the subnets too.
-	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The agent registers its own Node, which would take one of the subnets too: wait for it
+	// (it may come just after the API answers) and delete it.
+	var list *corev1.NodeList
+	controllertest.Eventually(t, 30*time.Second, "the agent's own Node", func() (bool, error) {
+		var err error
+		list, err = client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		return err == nil && len(list.Items) > 0, err
+	})
 	for _, n := range list.Items {
 		if err := client.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
