@@ -207,7 +207,8 @@ type controller struct {
 
 	certMu   sync.Mutex
 	certs    map[types.UID]cachedCert
-	problems map[string]bool // ns/name + reason + message reported already
+	problems problemReporter
+	recheck  *time.Timer // rebuilds when a problem has lasted the grace
 }
 
 // handlerReg is an event handler to remove from a shared informer when Run ends.
@@ -230,7 +231,7 @@ func newController(client kubernetes.Interface, cfg Config, srv *Server) *contro
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "ingress-status"}),
 		certs:    map[types.UID]cachedCert{},
-		problems: map[string]bool{},
+		problems: problemReporter{grace: ProblemGrace, now: time.Now},
 	}
 	if c.factory == nil {
 		c.ownFactories = true
@@ -489,19 +490,73 @@ func (c *controller) rebuild() {
 	snap, ours := c.snapshot()
 	t, problems := Compile(snap)
 	c.srv.Swap(t)
-	seen := map[string]bool{}
-	for _, p := range problems {
-		k := p.Ingress + "\x00" + p.Reason + "\x00" + p.Message
-		seen[k] = true
-		if c.problems[k] {
-			continue
-		}
+	report, recheck := c.problems.update(problems)
+	for _, p := range report {
 		c.log.WithFields(logrus.Fields{"ingress": p.Ingress, "reason": p.Reason}).Warn(p.Message)
 		if ing := ours[p.Ingress]; ing != nil {
 			c.recorder.Event(ing, corev1.EventTypeWarning, p.Reason, p.Message)
 		}
 	}
-	c.problems = seen
+	if recheck > 0 {
+		// recheck is when the earliest waiting problem is due: one timer, moved each time.
+		if c.recheck == nil {
+			c.recheck = time.AfterFunc(recheck, c.poke)
+		} else {
+			c.recheck.Reset(recheck)
+		}
+	}
+}
+
+// ProblemGrace is how long a problem of an Ingress must last before it is reported (log and
+// Warning Event). Each kind is watched apart, so an Ingress can reach a host's proxy before
+// the Service or Secret applied with it, and be compiled without them for a moment.
+const ProblemGrace = 5 * time.Second
+
+// problemReporter decides which of the problems a compilation found to report: each once,
+// and only when it has lasted ProblemGrace. One that goes away before is never reported; one
+// that comes back later starts over.
+type problemReporter struct {
+	grace time.Duration
+	now   func() time.Time
+	// seen holds the problems of the last compilation (ns/name, reason and message), with
+	// when each was first found and whether it was reported.
+	seen map[string]problemSeen
+}
+
+type problemSeen struct {
+	since    time.Time
+	reported bool
+}
+
+// update takes the problems of a new compilation. It returns those to report now, and how
+// long until the earliest of the others has lasted the grace (0: none is waiting), when the
+// caller should compile again.
+func (r *problemReporter) update(problems []Problem) (report []Problem, recheck time.Duration) {
+	now := r.now()
+	next := make(map[string]problemSeen, len(problems))
+	for _, p := range problems {
+		k := p.Ingress + "\x00" + p.Reason + "\x00" + p.Message
+		if _, dup := next[k]; dup {
+			continue
+		}
+		st, ok := r.seen[k]
+		if !ok {
+			st.since = now
+		}
+		if !st.reported {
+			if wait := r.grace - now.Sub(st.since); wait > 0 {
+				if recheck == 0 || wait < recheck {
+					recheck = wait
+				}
+			} else {
+				st.reported = true
+				report = append(report, p)
+			}
+		}
+		next[k] = st
+	}
+	r.seen = next
+	return report, recheck
 }
 
 func (c *controller) processStatus(ctx context.Context) bool {

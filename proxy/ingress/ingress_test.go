@@ -404,7 +404,7 @@ func TestIngressAgainstAPIServer(t *testing.T) {
 	})
 
 	t.Run("resource backend refused with an Event", func(t *testing.T) {
-		waitFor(t, "ResourceBackendUnsupported event", 10*time.Second, func() (bool, string) {
+		waitFor(t, "ResourceBackendUnsupported event", ProblemGrace+10*time.Second, func() (bool, string) {
 			evs, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return false, err.Error()
@@ -416,6 +416,43 @@ func TestIngressAgainstAPIServer(t *testing.T) {
 			}
 			return false, fmt.Sprintf("%d events", len(evs.Items))
 		})
+	})
+
+	// Applied together, an Ingress can reach the proxy before its Service: that is no problem
+	// to report. A Service that stays missing is.
+	t.Run("a Service missing only for a moment is not reported", func(t *testing.T) {
+		for name, svc := range map[string]string{"late": "late", "dangling": "absent"} {
+			_, err := client.NetworkingV1().Ingresses("default").Create(ctx, &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+				Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{rule(name+".example", path("/", networkingv1.PathTypePrefix, svc, byNumber))}}},
+				metav1.CreateOptions{})
+			must("create ingress "+name, err)
+		}
+		_, err := client.CoreV1().Services("default").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "late"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(int32(port)), Protocol: corev1.ProtocolTCP}}}},
+			metav1.CreateOptions{})
+		must("create service late", err)
+		reasons := func(ingress string, evs []corev1.Event) []string {
+			var rs []string
+			for _, e := range evs {
+				if e.InvolvedObject.Kind == "Ingress" && e.InvolvedObject.Name == ingress {
+					rs = append(rs, e.Reason+": "+e.Message)
+				}
+			}
+			return rs
+		}
+		var evs []corev1.Event
+		waitFor(t, "BackendUnavailable event of the dangling Ingress", ProblemGrace+10*time.Second, func() (bool, string) {
+			l, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			evs = l.Items
+			rs := reasons("dangling", evs)
+			return len(rs) == 1 && strings.HasPrefix(rs[0], "BackendUnavailable: ") && strings.Contains(rs[0], "Service default/absent not found"), fmt.Sprint(rs)
+		})
+		if rs := reasons("late", evs); len(rs) != 0 {
+			t.Errorf("Ingress late, whose Service came within %s: events %q", ProblemGrace, rs)
+		}
 	})
 
 	t.Run("reload keeps a request in flight, then redirects to HTTPS", func(t *testing.T) {
@@ -502,4 +539,40 @@ func TestIngressAgainstAPIServer(t *testing.T) {
 			t.Errorf("other Service's route: %d", code)
 		}
 	})
+}
+
+// TestProblemReporterGrace: a problem is reported once it has lasted the grace, once, never
+// if it goes away before, and again if it comes back later.
+func TestProblemReporterGrace(t *testing.T) {
+	now := time.Unix(1000, 0)
+	r := problemReporter{grace: 5 * time.Second, now: func() time.Time { return now }}
+	missing := Problem{Ingress: "default/web", Reason: "BackendUnavailable", Message: "Service default/web not found"}
+	refused := Problem{Ingress: "default/other", Reason: "ResourceBackendUnsupported", Message: "resource backend"}
+	step := func(d time.Duration, problems ...Problem) ([]Problem, time.Duration) {
+		now = now.Add(d)
+		return r.update(problems)
+	}
+	if rep, re := step(0, missing, missing); len(rep) != 0 || re != 5*time.Second {
+		t.Fatalf("new problem: reported %v, recheck %s; want none, 5s", rep, re)
+	}
+	if rep, re := step(2*time.Second, missing, refused); len(rep) != 0 || re != 3*time.Second {
+		t.Fatalf("2s later: reported %v, recheck %s; want none, 3s (the first one due)", rep, re)
+	}
+	rep, re := step(3*time.Second, missing, refused)
+	if len(rep) != 1 || rep[0] != missing || re != 2*time.Second {
+		t.Fatalf("5s later: reported %v, recheck %s; want the missing Service, 2s", rep, re)
+	}
+	if rep, _ := step(time.Second, missing, refused); len(rep) != 0 {
+		t.Fatalf("reported again: %v", rep)
+	}
+	// The refused backend is fixed before its grace; the missing Service appears.
+	if rep, re := step(time.Second); len(rep) != 0 || re != 0 {
+		t.Fatalf("no problems: reported %v, recheck %s", rep, re)
+	}
+	if rep, _ := step(time.Minute, missing); len(rep) != 0 {
+		t.Fatalf("a problem back after a fix waits its grace again, reported %v", rep)
+	}
+	if rep, _ := step(5*time.Second, missing); len(rep) != 1 {
+		t.Fatalf("back for 5s: reported %v, want it", rep)
+	}
 }
