@@ -10,7 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
@@ -294,4 +298,73 @@ func keys(m map[string]batchv1.Job) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestJustCreatedJobIsNotUnexpected: the Job's own event can reach the controller before the
+// status that lists it (both written by the controller). That Job is no "UnexpectedJob"; a
+// running Job that the status in the API does not list either is.
+func TestJustCreatedJobIsNotUnexpected(t *testing.T) {
+	created := at("2026-12-05T13:00:00Z")
+	scheduled := at("2026-12-05T13:44:00Z")
+	cj := newCronJob("tick", "* * * * *", nil)
+	cj.Namespace, cj.UID, cj.CreationTimestamp = "qa", "cj-uid", metav1.NewTime(created)
+	job := func(name string, uid types.UID) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "qa", UID: uid,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(cj, batchv1.SchemeGroupVersion.WithKind("CronJob"))}}}
+	}
+	ours := job(fmt.Sprintf("tick-%d", scheduled.Unix()/60), "job-ours")
+	stray := job("tick-by-hand", "job-stray")
+
+	// The API has the status the controller wrote; the lister still has the one before.
+	written := cj.DeepCopy()
+	written.Status.Active = []corev1.ObjectReference{{Kind: "Job", APIVersion: "batch/v1", Namespace: "qa", Name: ours.Name, UID: ours.UID}}
+	written.Status.LastScheduleTime = &metav1.Time{Time: scheduled}
+	client := fake.NewClientset(written, ours, stray)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	recorder := record.NewFakeRecorder(10)
+	c, err := cronjob.NewController(&controllers.Context{Client: client, Informers: factory,
+		Recorder: func(string) record.EventRecorder { return recorder }},
+		cronjob.Config{Clock: clocktesting.NewFakeClock(scheduled.Add(5 * time.Second))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []any{cj, ours, stray} {
+		var err error
+		switch o := o.(type) {
+		case *batchv1.CronJob:
+			err = factory.Batch().V1().CronJobs().Informer().GetIndexer().Add(o)
+		case *batchv1.Job:
+			err = factory.Batch().V1().Jobs().Informer().GetIndexer().Add(o)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Sync(context.Background(), "qa/tick"); err != nil {
+		t.Fatal(err)
+	}
+	close(recorder.Events)
+	var got []string
+	for e := range recorder.Events {
+		got = append(got, e)
+	}
+	want := []string{"Warning UnexpectedJob Saw a job that the controller did not create or forgot: tick-by-hand"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+	cur, err := client.BatchV1().CronJobs("qa").Get(context.Background(), "tick", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var active []string
+	for _, r := range cur.Status.Active {
+		active = append(active, r.Name)
+	}
+	if fmt.Sprint(active) != fmt.Sprint([]string{ours.Name, stray.Name}) {
+		t.Errorf("status.active %v, want both running Jobs", active)
+	}
+	jobs, err := client.BatchV1().Jobs("qa").List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(jobs.Items) != 2 {
+		t.Errorf("Jobs after the sync: %d (%v), want the 2 there were", len(jobs.Items), err)
+	}
 }

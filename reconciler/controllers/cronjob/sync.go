@@ -114,10 +114,23 @@ func (c *Controller) reconcileActive(ctx context.Context, cj *batchv1.CronJob, s
 		kept = append(kept, ref)
 		inActive[ref.UID] = true
 	}
+	var fresh *batchv1.CronJob
+	freshRead := false
 	for _, j := range jobs {
 		done, cond := finished(j)
 		if !done && !inActive[j.UID] && j.DeletionTimestamp == nil {
-			c.recorder.Eventf(cj, corev1.EventTypeWarning, ReasonUnexpectedJob, "Saw a job that the controller did not create or forgot: %s", j.Name)
+			// A Job this controller has just created is in the status it wrote, which the
+			// lister may not show yet (the Job's own event can come first): ask the API
+			// before calling it unexpected.
+			if !freshRead {
+				freshRead = true
+				if f, err := c.client.BatchV1().CronJobs(cj.Namespace).Get(ctx, cj.Name, metav1.GetOptions{}); err == nil && f.UID == cj.UID {
+					fresh = f
+				}
+			}
+			if fresh == nil || !isActiveRef(fresh.Status.Active, j.UID) {
+				c.recorder.Eventf(cj, corev1.EventTypeWarning, ReasonUnexpectedJob, "Saw a job that the controller did not create or forgot: %s", j.Name)
+			}
 			kept = append(kept, jobRef(j))
 		}
 		if done && isActiveRef(cj.Status.Active, j.UID) {
