@@ -178,6 +178,13 @@ func TestComputeStatusPhases(t *testing.T) {
 			func(cs corev1.ContainerStatus) bool {
 				return cs.State.Terminated != nil && cs.State.Terminated.Reason == "OOMKilled" && cs.State.Terminated.ExitCode == 137
 			}},
+		{"Never + start error = Failed", corev1.RestartPolicyNever, nil,
+			&containerObs{current: &rt.ContainerStatus{ID: "c", State: rt.StateExited, ExitCode: rt.StartErrorExitCode, FinishedAt: time.Unix(200, 0), StartError: `exec: "/x": no such file`}},
+			corev1.PodFailed, false,
+			func(cs corev1.ContainerStatus) bool {
+				term := cs.State.Terminated
+				return term != nil && term.Reason == "StartError" && term.ExitCode == 128 && term.Message == `exec: "/x": no such file` && term.StartedAt.IsZero()
+			}},
 		{"OnFailure + exit 0 = Succeeded", corev1.RestartPolicyOnFailure, nil, &containerObs{current: exited(0, false)}, corev1.PodSucceeded, false, nil},
 		{"Always + crash = Running with CrashLoopBackOff", corev1.RestartPolicyAlways, nil,
 			&containerObs{current: exited(1, false), previous: exited(1, false), attempt: 3, waitingReason: "CrashLoopBackOff", waitingMessage: "back-off 40s"}, corev1.PodRunning, false,

@@ -50,15 +50,17 @@ func containerState(s *rt.ContainerStatus) corev1.ContainerState {
 	case rt.StateRunning:
 		return corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(s.StartedAt)}}
 	case rt.StateExited:
-		reason := "Error"
+		reason, msg := "Error", ""
 		switch {
+		case s.StartError != "":
+			reason, msg = "StartError", s.StartError
 		case s.OOMKilled:
 			reason = "OOMKilled"
 		case s.ExitCode == 0:
 			reason = "Completed"
 		}
 		return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-			ExitCode: s.ExitCode, Reason: reason, StartedAt: metav1.NewTime(s.StartedAt),
+			ExitCode: s.ExitCode, Reason: reason, Message: msg, StartedAt: metav1.NewTime(s.StartedAt),
 			FinishedAt: metav1.NewTime(s.FinishedAt), ContainerID: "containerd://" + s.ID,
 		}}
 	}

@@ -352,7 +352,7 @@ func (w *podWorker) runContainers(ctx context.Context, pod *corev1.Pod, byName m
 func (w *podWorker) keepRunning(ctx context.Context, pod *corev1.Pod, c *corev1.Container, list []rt.ContainerStatus, volumes map[string]string, init bool, policy corev1.RestartPolicy) (bool, error) {
 	delete(w.waiting, c.Name)
 	if len(list) == 0 {
-		return true, w.startAttempt(ctx, pod, c, 0, volumes, init)
+		return true, w.start(ctx, pod, c, 0, volumes, init, policy)
 	}
 	cur := list[0]
 	switch cur.State {
@@ -373,8 +373,10 @@ func (w *podWorker) keepRunning(ctx context.Context, pod *corev1.Pod, c *corev1.
 		return false, nil
 	case rt.StateCreated:
 		if err := w.m.cfg.Runtime.StartContainer(ctx, cur.ID); err != nil {
-			w.waiting[c.Name] = [2]string{"RunContainerError", err.Error()}
-			return false, err
+			w.startFailed(pod, c, err, policy)
+			// A start error made it exited: the next status shows it.
+			var se *rt.StartError
+			return errors.As(err, &se), err
 		}
 		return true, nil
 	case rt.StateExited:
@@ -383,7 +385,8 @@ func (w *podWorker) keepRunning(ctx context.Context, pod *corev1.Pod, c *corev1.
 			return false, nil
 		}
 		b := w.backoffs[c.Name]
-		if b == nil || cur.FinishedAt.Sub(cur.StartedAt) > backoffReset {
+		// A container that never started (a start error) ran for no time at all.
+		if b == nil || (!cur.StartedAt.IsZero() && cur.FinishedAt.Sub(cur.StartedAt) > backoffReset) {
 			b = &backoff{}
 			w.backoffs[c.Name] = b
 		}
@@ -410,13 +413,25 @@ func (w *podWorker) keepRunning(ctx context.Context, pod *corev1.Pod, c *corev1.
 			return false, nil
 		}
 		b.next = time.Time{}
-		return true, w.startAttempt(ctx, pod, c, attemptOf(cur)+1, volumes, init)
+		return true, w.start(ctx, pod, c, attemptOf(cur)+1, volumes, init, policy)
 	}
 	return false, nil
 }
 
-// startAttempt ensures the image, creates attempt n and starts it, then runs postStart.
-func (w *podWorker) startAttempt(ctx context.Context, pod *corev1.Pod, c *corev1.Container, n int, volumes map[string]string, init bool) error {
+// startFailed reports a start that failed. A start error the runtime recorded made the
+// container exited (code 128, reason StartError): when the restart policy starts it again it
+// waits as RunContainerError, as upstream, and otherwise its terminated state says why.
+func (w *podWorker) startFailed(pod *corev1.Pod, c *corev1.Container, err error, policy corev1.RestartPolicy) {
+	w.event(pod, corev1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
+	var se *rt.StartError
+	if !errors.As(err, &se) || restarts(policy, rt.StartErrorExitCode) {
+		w.waiting[c.Name] = [2]string{"RunContainerError", err.Error()}
+	}
+}
+
+// start ensures the image, creates attempt n and starts it, then runs postStart; policy is
+// the container's restart policy.
+func (w *podWorker) start(ctx context.Context, pod *corev1.Pod, c *corev1.Container, n int, volumes map[string]string, init bool, policy corev1.RestartPolicy) error {
 	if err := w.ensureImage(ctx, pod, c); err != nil {
 		return err
 	}
@@ -448,8 +463,7 @@ func (w *podWorker) startAttempt(ctx context.Context, pod *corev1.Pod, c *corev1
 	}
 	w.event(pod, corev1.EventTypeNormal, "Created", "Created container: "+c.Name)
 	if err := w.m.cfg.Runtime.StartContainer(ctx, cfg.ID); err != nil {
-		w.waiting[c.Name] = [2]string{"RunContainerError", err.Error()}
-		w.event(pod, corev1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
+		w.startFailed(pod, c, err, policy)
 		return fmt.Errorf("start container %s: %w", c.Name, err)
 	}
 	w.event(pod, corev1.EventTypeNormal, "Started", "Started container "+c.Name)

@@ -116,7 +116,23 @@ type ContainerStatus struct {
 	ExitCode                         int32
 	CreatedAt, StartedAt, FinishedAt time.Time
 	OOMKilled                        bool
+	// StartError is why the process never started (its command missing, a mount refused):
+	// the container is then exited with StartErrorExitCode, as containerd's CRI reports it.
+	StartError string
 }
+
+// StartErrorExitCode is the exit code of a container whose process could not start.
+const StartErrorExitCode = 128
+
+// StartError is a start that failed for the container's own reasons: the runtime recorded
+// it, and the container is exited with StartErrorExitCode.
+type StartError struct {
+	ID  string
+	Err error
+}
+
+func (e *StartError) Error() string { return fmt.Sprintf("start container %s: %v", e.ID, e.Err) }
+func (e *StartError) Unwrap() error { return e.Err }
 
 // Labels of our own on every container; they persist the status in containerd's metadata.
 const (
@@ -128,6 +144,7 @@ const (
 	labelFinishedAt = labelPrefix + "finished-at"
 	labelExitCode   = labelPrefix + "exit-code"
 	labelOOMKilled  = labelPrefix + "oom-killed"
+	labelStartError = labelPrefix + "start-error"
 )
 
 func notFound(what string, err error) error {
@@ -331,12 +348,12 @@ func (r *Runtime) StartContainer(ctx context.Context, id string) error {
 	}
 	task, err := cont.NewTask(ctx, ioc)
 	if err != nil {
-		return fmt.Errorf("start container %s: create task: %w", id, err)
+		return r.startFailed(ctx, cont, fmt.Errorf("create task: %w", err))
 	}
 	startedAt := time.Now()
 	if err := task.Start(ctx); err != nil {
 		_, _ = task.Delete(ctx, containerd.WithProcessKill)
-		return fmt.Errorf("start container %s: %w", id, err)
+		return r.startFailed(ctx, cont, err)
 	}
 	if _, err := cont.SetLabels(ctx, map[string]string{labelStartedAt: startedAt.UTC().Format(time.RFC3339Nano)}); err != nil {
 		return fmt.Errorf("start container %s: record start time: %w", id, err)
@@ -344,6 +361,32 @@ func (r *Runtime) StartContainer(ctx context.Context, id string) error {
 	r.log.WithFields(logrus.Fields{"container": id, "pid": task.Pid()}).Debug("container started")
 	return nil
 }
+
+// startFailed records a failed start as the container's exit (StartErrorExitCode, the
+// error as the reason) and returns a *StartError, so that the restart policy decides what
+// follows as for any exit: left created, the container would wait for ever. A start cut
+// short by the caller or by containerd being unreachable is not the container's doing: it
+// stays created, to be started again.
+func (r *Runtime) startFailed(ctx context.Context, cont containerd.Container, err error) error {
+	if ctx.Err() != nil || errdefs.IsUnavailable(err) || errdefs.IsCanceled(err) || errdefs.IsDeadlineExceeded(err) {
+		return fmt.Errorf("start container %s: %w", cont.ID(), err)
+	}
+	msg := err.Error()
+	if len(msg) > maxStartErrorLabel {
+		msg = msg[:maxStartErrorLabel] + "..."
+	}
+	if _, lerr := cont.SetLabels(ctx, map[string]string{
+		labelFinishedAt: time.Now().UTC().Format(time.RFC3339Nano),
+		labelExitCode:   strconv.Itoa(StartErrorExitCode),
+		labelStartError: msg,
+	}); lerr != nil {
+		return fmt.Errorf("start container %s: %w (and recording it: %v)", cont.ID(), err, lerr)
+	}
+	return &StartError{ID: cont.ID(), Err: err}
+}
+
+// maxStartErrorLabel keeps a recorded start error within containerd's 4,096 bytes a label.
+const maxStartErrorLabel = 3000
 
 // StopContainer sends SIGTERM, waits up to grace, then SIGKILL. It returns once the process has
 // exited (nil if it was not running).
@@ -531,12 +574,13 @@ func (r *Runtime) ListContainers(ctx context.Context) ([]ContainerStatus, error)
 // statusFrom derives a status from the container record (our labels) and its task, if any.
 func statusFrom(c containers.Container, p *tasktypes.Process) ContainerStatus {
 	st := ContainerStatus{
-		ID:        c.ID,
-		Image:     c.Labels[labelImage],
-		ImageID:   c.Labels[labelImageID],
-		Labels:    map[string]string{},
-		CreatedAt: c.CreatedAt,
-		OOMKilled: c.Labels[labelOOMKilled] == "true",
+		ID:         c.ID,
+		Image:      c.Labels[labelImage],
+		ImageID:    c.Labels[labelImageID],
+		Labels:     map[string]string{},
+		CreatedAt:  c.CreatedAt,
+		OOMKilled:  c.Labels[labelOOMKilled] == "true",
+		StartError: c.Labels[labelStartError],
 	}
 	if st.Image == "" {
 		st.Image = c.Image

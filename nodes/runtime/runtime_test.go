@@ -295,6 +295,28 @@ func TestRealContainerd(t *testing.T) {
 		}
 	})
 
+	t.Run("a missing command is a start error", func(t *testing.T) {
+		c := ContainerConfig{ID: "nocmd", Image: e.image, Command: []string{"/no/such/binary"}, LogPath: filepath.Join(e.dir, "logs", "nocmd.log")}
+		if err := e.rt.CreateContainer(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		e.created = append(e.created, c.ID)
+		err := e.rt.StartContainer(ctx, c.ID)
+		var se *StartError
+		if !errors.As(err, &se) || !strings.Contains(err.Error(), "/no/such/binary") {
+			t.Fatalf("start: %v, want a *StartError naming the command", err)
+		}
+		// Recorded, so it survives the agent: exited with 128 and the reason, never started.
+		st, err := e.rt.ContainerStatus(ctx, c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State != StateExited || st.ExitCode != StartErrorExitCode || !st.StartedAt.IsZero() || st.FinishedAt.IsZero() ||
+			!strings.Contains(st.StartError, "/no/such/binary") {
+			t.Fatalf("status after a failed start = %+v", st)
+		}
+	})
+
 	t.Run("OOM kill", func(t *testing.T) {
 		e.run(ContainerConfig{ID: "oom", Args: []string{"oom"}, MemoryLimit: 20 << 20})
 		st := e.waitState("oom", StateExited, 30*time.Second)

@@ -123,6 +123,7 @@ func TestStatusFrom(t *testing.T) {
 		{"stopped task", base(started), &tasktypes.Process{Status: tasktypes.Status_STOPPED, ExitStatus: 3, ExitedAt: timestamppb.New(t0.Add(2 * time.Second))}, StateExited, 3, false},
 		{"reaped", base(map[string]string{labelStartedAt: started[labelStartedAt], labelFinishedAt: t0.Add(3 * time.Second).Format(time.RFC3339Nano), labelExitCode: "137", labelOOMKilled: "true"}), nil, StateExited, 137, true},
 		{"shim lost", base(started), nil, StateUnknown, 0, false},
+		{"start error", base(map[string]string{labelFinishedAt: t0.Add(time.Second).Format(time.RFC3339Nano), labelExitCode: "128", labelStartError: "exec: \"/x\": no such file"}), nil, StateExited, 128, false},
 	} {
 		st := statusFrom(tc.c, tc.p)
 		if st.State != tc.state || st.ExitCode != tc.code || st.OOMKilled != tc.oom {
@@ -130,6 +131,9 @@ func TestStatusFrom(t *testing.T) {
 		}
 		if !reflect.DeepEqual(st.Labels, map[string]string{"app": "web"}) || st.ImageID != "sha256:abc" {
 			t.Errorf("%s: labels %v image %q", tc.name, st.Labels, st.ImageID)
+		}
+		if (st.StartError != "") != (tc.name == "start error") {
+			t.Errorf("%s: start error %q", tc.name, st.StartError)
 		}
 		if tc.state == StateExited && (st.FinishedAt.IsZero() || st.FinishedAt.Before(st.StartedAt)) {
 			t.Errorf("%s: finished %v started %v", tc.name, st.FinishedAt, st.StartedAt)

@@ -249,6 +249,30 @@ func TestPodsRunOnContainerd(t *testing.T) {
 		})
 	})
 
+	// As upstream: a process that cannot start is an exit with code 128 and reason
+	// StartError, which the restart policy handles like any other.
+	t.Run("a missing command is a start error", func(t *testing.T) {
+		missing := corev1.Container{Name: "missing", Image: toolbox, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"/no/such/binary"}}
+		create(t, c, newPod("start-once", "host-2", corev1.RestartPolicyNever, missing))
+		create(t, c, newPod("start-again", "host-3", corev1.RestartPolicyAlways, missing))
+		p := waitPod(t, c, "start-once", 90*time.Second, "Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+		term := statusOf(p, "missing").State.Terminated
+		if term == nil || term.Reason != "StartError" || term.ExitCode != 128 || !strings.Contains(term.Message, "/no/such/binary") {
+			t.Fatalf("want terminated StartError, 128, the command in the message: %s", describe(p))
+		}
+		p = waitPod(t, c, "start-again", 90*time.Second, "restarted twice, waiting", func(p *corev1.Pod) bool {
+			cs := statusOf(p, "missing")
+			return cs != nil && cs.RestartCount >= 2 && cs.State.Waiting != nil
+		})
+		cs := statusOf(p, "missing")
+		if r := cs.State.Waiting.Reason; r != "CrashLoopBackOff" && r != "RunContainerError" {
+			t.Errorf("waiting %q, want CrashLoopBackOff or RunContainerError: %s", r, describe(p))
+		}
+		if last := cs.LastTerminationState.Terminated; last == nil || last.Reason != "StartError" || last.ExitCode != 128 {
+			t.Errorf("lastState should be the start error: %s", describe(p))
+		}
+	})
+
 	t.Run("memory limit kills with OOMKilled", func(t *testing.T) {
 		ctr := tool("hog", "alloc", "200")
 		ctr.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")}
