@@ -97,6 +97,17 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.Socket == "" && cfg.Dir == "" {
 		return nil, errors.New("runtime: set Config.Dir (to start our containerd) or Config.Socket (to use one)")
 	}
+	// gRPC reads a relative unix socket path's first element as an authority ("invalid
+	// (non-empty) authority"), and containerd wants absolute directories.
+	for _, p := range []*string{&cfg.Dir, &cfg.Socket} {
+		if *p != "" {
+			abs, err := filepath.Abs(*p)
+			if err != nil {
+				return nil, fmt.Errorf("runtime: %w", err)
+			}
+			*p = abs
+		}
+	}
 	if cfg.RuncRoot == "" && cfg.Dir != "" {
 		cfg.RuncRoot = filepath.Join(cfg.Dir, "runc")
 	}

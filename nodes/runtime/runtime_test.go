@@ -550,6 +550,21 @@ func TestRealContainerd(t *testing.T) {
 		}
 	})
 
+	// As `flotilla image list --data-dir d` run from d's parent does.
+	t.Run("a relative socket path connects", func(t *testing.T) {
+		t.Chdir(filepath.Dir(e.cfg.Dir))
+		cfg := e.cfg
+		cfg.Dir, cfg.Socket = "", filepath.Join(filepath.Base(e.cfg.Dir), "containerd.sock")
+		other, err := Start(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		if st, err := other.ContainerStatus(ctx, "sleeper"); err != nil || st.State != StateRunning {
+			t.Fatalf("sleeper through %s: %+v, %v", cfg.Socket, st, err)
+		}
+	})
+
 	t.Run("pull from a registry", func(t *testing.T) {
 		reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 		defer reg.Close()
