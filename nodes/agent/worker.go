@@ -373,10 +373,8 @@ func (w *podWorker) keepRunning(ctx context.Context, pod *corev1.Pod, c *corev1.
 		return false, nil
 	case rt.StateCreated:
 		if err := w.m.cfg.Runtime.StartContainer(ctx, cur.ID); err != nil {
-			w.startFailed(pod, c, err, policy)
 			// A start error made it exited: the next status shows it.
-			var se *rt.StartError
-			return errors.As(err, &se), err
+			return w.startFailed(pod, c, err, policy), err
 		}
 		return true, nil
 	case rt.StateExited:
@@ -418,15 +416,18 @@ func (w *podWorker) keepRunning(ctx context.Context, pod *corev1.Pod, c *corev1.
 	return false, nil
 }
 
-// startFailed reports a start that failed. A start error the runtime recorded made the
-// container exited (code 128, reason StartError): when the restart policy starts it again it
-// waits as RunContainerError, as upstream, and otherwise its terminated state says why.
-func (w *podWorker) startFailed(pod *corev1.Pod, c *corev1.Container, err error, policy corev1.RestartPolicy) {
+// startFailed reports a start that failed and whether the runtime recorded it as a start
+// error, which made the container exited (code 128, reason StartError): when the restart
+// policy starts it again it waits as RunContainerError, as upstream, and otherwise its
+// terminated state says why.
+func (w *podWorker) startFailed(pod *corev1.Pod, c *corev1.Container, err error, policy corev1.RestartPolicy) (exited bool) {
 	w.event(pod, corev1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
 	var se *rt.StartError
-	if !errors.As(err, &se) || restarts(policy, rt.StartErrorExitCode) {
+	exited = errors.As(err, &se)
+	if !exited || restarts(policy, rt.StartErrorExitCode) {
 		w.waiting[c.Name] = [2]string{"RunContainerError", err.Error()}
 	}
+	return exited
 }
 
 // start ensures the image, creates attempt n and starts it, then runs postStart; policy is
