@@ -30,6 +30,7 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/statefulset"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/unenforced"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumebinding"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumeprotection"
 	"github.com/flotilla-dev/flotilla/reconciler/scheduler"
 )
 
@@ -49,6 +50,7 @@ func controllerList(cfg Config) []controllers.Named {
 		{Name: "podautoscaler", New: podautoscaler.New, Workers: 2},
 		{Name: "servicelb", New: servicelb.New, Workers: 1},
 		{Name: "volumebinding", New: volumebinding.New, Workers: 2},
+		{Name: "volumeprotection", New: volumeprotection.New, Workers: 2},
 		{Name: "localvolume", New: func(c *controllers.Context) (controllers.Runner, error) { return localvolume.New(c) }, Workers: 2},
 		{Name: "serviceaccount", New: serviceaccount.New, Workers: 1},
 		{Name: "rootca", New: rootca.New, Workers: 1},

@@ -29,7 +29,8 @@ import (
 // at it; the RBAC escalation checks run with the validating plugins. NodeRestriction (a
 // host's identity writes only its own Node, Lease and pods) validates right after
 // NamespaceLifecycle. CertificateApproval and CertificateSigning (admission_certificates.go)
-// check approve and sign on the request's signer.
+// check approve and sign on the request's signer. StorageObjectInUseProtection
+// (admission_storageprotection.go) puts the in-use finalizers on new claims and volumes.
 func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Interface, hooks webhookDeps, policies policyDeps, rb *rbac.Authorizer, authz authorizer.Authorizer, podSecurity *podSecurityPlugin) ([]admission.Interface, error) {
 	nsLifecycle, err := lifecycle.NewLifecycle(sets.New(SystemNamespaces...))
 	if err != nil {
@@ -49,6 +50,7 @@ func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Inter
 		newNodeFeatureValidator(f),
 		newRuntimeClassPlugin(f, client),
 		newPriorityPlugin(f, client),
+		newStorageProtection(),
 		// CertificateApproval, CertificateSigning, CertificateSubjectRestriction (upstream's order).
 		newCertificateApproval(authz),
 		newCertificateSigning(authz),

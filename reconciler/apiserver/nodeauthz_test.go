@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/nodes/refcache"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/localvolume/localpv"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumeprotection"
 )
 
 // TestNodeAuthorizerServer: through the real API server, with the client certificates of
@@ -244,6 +246,16 @@ func TestLocalVolumeCleanupServer(t *testing.T) {
 	}
 	forbidden("host-1 updates host-2's volume", removeFinalizer("pvc-theirs", nil), "may only update the persistentvolumes labelled")
 	if err := pvs.Delete(ctx, "pvc-mine", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The volume is not Bound: the volumeprotection controller (played here) lets it go, so
+	// that the node's cleanup finalizer is the last one.
+	deleted, err := pvs.Get(ctx, "pvc-mine", metav1.GetOptions{})
+	if err != nil || !slices.Contains(deleted.Finalizers, volumeprotection.VolumeFinalizer) {
+		t.Fatalf("a new volume carries %s: %v %+v", volumeprotection.VolumeFinalizer, err, deleted)
+	}
+	deleted.Finalizers = slices.DeleteFunc(deleted.Finalizers, func(f string) bool { return f == volumeprotection.VolumeFinalizer })
+	if _, err := pvs.Update(ctx, deleted, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	forbidden("host-1 moves its deleted volume to host-2", removeFinalizer("pvc-mine", func(pv *corev1.PersistentVolume) {

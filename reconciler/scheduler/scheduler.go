@@ -389,8 +389,6 @@ func (s *Scheduler) nodeDeleted(obj any) {
 
 func (s *Scheduler) volumeChanged(any) { s.queue.MoveAll(hasVolumes) }
 
-func hasVolumes(pod *corev1.Pod) bool { return len(claimNames(pod)) > 0 }
-
 func (s *Scheduler) namespaceLabels(ns string) labels.Set {
 	n, err := s.namespaces.Get(ns)
 	if err != nil {

@@ -37,25 +37,13 @@ type boundClaim struct {
 	volume *corev1.PersistentVolume
 }
 
-// claimNames lists the claims a pod uses: persistentVolumeClaim volumes and the claims of
-// generic ephemeral volumes (named <pod>-<volume>, as upstream).
-func claimNames(pod *corev1.Pod) []string {
-	var out []string
-	for _, v := range pod.Spec.Volumes {
-		switch {
-		case v.PersistentVolumeClaim != nil:
-			out = append(out, v.PersistentVolumeClaim.ClaimName)
-		case v.Ephemeral != nil:
-			out = append(out, pod.Name+"-"+v.Name)
-		}
-	}
-	return out
-}
+// hasVolumes reports whether pod uses a claim.
+func hasVolumes(pod *corev1.Pod) bool { return len(volumebinding.ClaimNames(pod)) > 0 }
 
 // newVolumeState sorts the pod's claims; a status means the pod cannot be placed anywhere
 // until a claim changes.
 func newVolumeState(pod *corev1.Pod, src VolumeSource) (*volumeState, *Status) {
-	names := claimNames(pod)
+	names := volumebinding.ClaimNames(pod)
 	if len(names) == 0 {
 		return nil, nil
 	}
@@ -135,7 +123,7 @@ func filterVolumeBinding(c *cycle, ni *NodeInfo) *Status {
 // volumebinding controller then binds a volume on that node, or the node agent provisions
 // one there.
 func (s *Scheduler) selectNodeForClaims(ctx context.Context, pod *corev1.Pod, node string) error {
-	for _, name := range claimNames(pod) {
+	for _, name := range volumebinding.ClaimNames(pod) {
 		claim, err := s.claims.PersistentVolumeClaims(pod.Namespace).Get(name)
 		if err != nil {
 			return fmt.Errorf("claim %s/%s of pod %s: %w", pod.Namespace, name, pod.Name, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -188,9 +189,11 @@ func TestWorkloadsOnHosts(t *testing.T) {
 			t.Errorf("the new web-1 must keep claim www-web-1 (%s): %v %+v", claim.UID, err, again)
 		}
 
-		// Reclaim policy Delete removes the data from the host's disk: the claim of the pod
-		// scaled away (web-2) at once; web-1's, deleted under its running pod, only once the
-		// pod is gone. Then the volumes go too.
+		// Reclaim policy Delete removes the data from the host's disk once the claim goes. A
+		// claim deleted under a running pod (web-1's) stays Terminating, held by the in-use
+		// finalizer, with its volume and data, until the pod is gone; one no pod uses
+		// (web-2's, scaled away) goes at once. Both are deleted together: once web-2's volume
+		// is reclaimed, the controllers have seen web-1's claim too.
 		volumeOf := func(claim string) *corev1.PersistentVolume {
 			t.Helper()
 			pvc, err := c.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), claim, metav1.GetOptions{})
@@ -219,24 +222,28 @@ func TestWorkloadsOnHosts(t *testing.T) {
 			})
 			t.Logf("volume %s reclaimed; its events: %s", pv.Name, volumeEvents(c, pv.Name))
 		}
-		web2 := volumeOf("www-web-2")
-		if err := c.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), "www-web-2", metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		reclaimed(web2)
-
-		web1 := volumeOf("www-web-1")
+		web1, web2 := volumeOf("www-web-1"), volumeOf("www-web-2")
 		marker := filepath.Join(web1.Spec.Local.Path, "still-here")
 		if err := os.WriteFile(marker, []byte("web-1 runs"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), "www-web-1", metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
+		for _, claim := range []string{"www-web-1", "www-web-2"} {
+			if err := c.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), claim, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
-		waitFor(t, 2*time.Minute, "volume "+web1.Name+" deleted, its cleanup waiting for web-1", func() (bool, string) {
-			ev := volumeEvents(c, web1.Name)
-			return strings.Contains(ev, "VolumeFailedDelete") && strings.Contains(ev, "default/web-1"), ev
-		})
+		reclaimed(web2)
+		held, err := c.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "www-web-1", metav1.GetOptions{})
+		if err != nil || held.DeletionTimestamp == nil || !slices.Contains(held.Finalizers, "kubernetes.io/pvc-protection") {
+			t.Fatalf("claim www-web-1, deleted under web-1, must stay Terminating with kubernetes.io/pvc-protection: %v %+v", err, held)
+		}
+		if out, err := s.Hosts[0].Kubectl(context.Background(), "", "get", "pvc", "www-web-1", "--no-headers"); err != nil || !strings.Contains(out, "Terminating") {
+			t.Errorf("kubectl get pvc www-web-1: %v %q, want Terminating", err, out)
+		}
+		if pv, err := c.CoreV1().PersistentVolumes().Get(context.Background(), web1.Name, metav1.GetOptions{}); err != nil ||
+			pv.DeletionTimestamp != nil || pv.Status.Phase != corev1.VolumeBound {
+			t.Errorf("volume %s of the held claim must stay Bound: %v %+v", web1.Name, err, pv)
+		}
 		if _, err := os.Stat(marker); err != nil {
 			t.Errorf("the data of web-1's volume went while web-1 runs: %v", err)
 		}

@@ -23,7 +23,7 @@ import (
 // testControllers are the agent's controllers the tests run: every controller they rely on,
 // but not the agent's own scheduler, so the scheduler under test (started in-process, as
 // RunControllers does in the agent) is the only one, or races only with its twin.
-const testControllers = "--controllers=volumebinding,nodelifecycle,serviceaccount,garbagecollector,namespace"
+const testControllers = "--controllers=volumebinding,volumeprotection,nodelifecycle,serviceaccount,garbagecollector,namespace"
 
 // startAgent starts a real agent and cordons the agent's own Node (it registers itself as a
 // host with the machine's capacity): only the fake nodes a test creates take pods, and the

@@ -204,6 +204,13 @@ var controllerPolicies = map[string][]rbacv1.PolicyRule{
 		rule(verbs("get", "update"), coreGroup, "persistentvolumeclaims"),
 		rule(verbs("update"), coreGroup, "persistentvolumes/status", "persistentvolumeclaims/status"),
 	},
+	// volumeprotection/sync.go: Update of claims and volumes (their in-use finalizers); Pods
+	// List of a deleted claim's namespace (the informer may not have a pod created a moment
+	// ago).
+	"volumeprotection": {
+		rule(verbs("update"), coreGroup, "persistentvolumeclaims", "persistentvolumes"),
+		rule(verbs("list"), coreGroup, "pods"),
+	},
 	// localvolume/controller.go, sync.go: Get and Create of StorageClass flotilla-local;
 	// PersistentVolumes Create, Delete and Update (the node label and cleanup finalizer of
 	// volumes provisioned before them, the finalizer of a removed node's volume); Nodes Get

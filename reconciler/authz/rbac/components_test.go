@@ -12,7 +12,7 @@ import (
 
 // hostControllers are the controllers the hosts run (controllerList of nodes/host).
 var hostControllers = []string{"gitsync", "replicaset", "deployment", "statefulset", "daemonset", "job", "cronjob",
-	"podautoscaler", "servicelb", "volumebinding", "localvolume", "serviceaccount", "unenforced", "policyinventory",
+	"podautoscaler", "servicelb", "volumebinding", "volumeprotection", "localvolume", "serviceaccount", "unenforced", "policyinventory",
 	"garbagecollector", "endpointslice", "nodelifecycle", "scheduler", "nodeipam", "namespace", "disruption", "csrsigning", "csrapproving"}
 
 func TestControllerNames(t *testing.T) {
@@ -232,6 +232,10 @@ func TestComponentCalls(t *testing.T) {
 			{"update", core, "persistentvolumes/status", "", "pv"}, {"delete", core, "persistentvolumes", "", "pv"},
 			{"get", core, "persistentvolumeclaims", "ns1", "c"}, {"update", core, "persistentvolumeclaims", "ns1", "c"},
 			{"update", core, "persistentvolumeclaims/status", "ns1", "c"},
+		},
+		ControllerUser("volumeprotection"): {
+			{"update", core, "persistentvolumeclaims", "ns1", "c"}, {"update", core, "persistentvolumes", "", "pv"},
+			{"list", core, "pods", "ns1", ""},
 		},
 		ControllerUser("localvolume"): {
 			{"create", core, "persistentvolumes", "", ""}, {"delete", core, "persistentvolumes", "", "pv"},

@@ -19,6 +19,7 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/localvolume"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumebinding"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumeprotection"
 	"github.com/flotilla-dev/flotilla/test/controllertest"
 )
 
@@ -104,7 +105,7 @@ func waitGone(t *testing.T, client kubernetes.Interface, name string) {
 func TestLocalProvisioning(t *testing.T) {
 	_, client := controllertest.Start(t,
 		func(c *controllers.Context) (controllers.Runner, error) { return localvolume.New(c) },
-		volumebinding.New)
+		volumebinding.New, volumeprotection.New)
 	ctx := context.Background()
 
 	// Run creates the default class.
@@ -167,8 +168,8 @@ func TestLocalProvisioning(t *testing.T) {
 		if q := claim.Status.Capacity[corev1.ResourceStorage]; q.String() != "1Gi" {
 			t.Errorf("claim capacity %s", q.String())
 		}
-		if pv.Labels[localvolume.LabelNode] != "edge-a" || !slices.Equal(pv.Finalizers, []string{localvolume.Finalizer}) {
-			t.Errorf("volume %s: labels %v finalizers %v, want the node label and the cleanup finalizer", pv.Name, pv.Labels, pv.Finalizers)
+		if pv.Labels[localvolume.LabelNode] != "edge-a" || !slices.Equal(pv.Finalizers, []string{localvolume.Finalizer, volumeprotection.VolumeFinalizer}) {
+			t.Errorf("volume %s: labels %v finalizers %v, want the node label, the cleanup and the in-use finalizers", pv.Name, pv.Labels, pv.Finalizers)
 		}
 
 		// Released, the volume is deleted; its finalizer keeps it until edge-a's agent has
@@ -184,7 +185,7 @@ func TestLocalProvisioning(t *testing.T) {
 			}
 			return true, nil
 		})
-		terminating.Finalizers = nil
+		terminating.Finalizers = slices.DeleteFunc(terminating.Finalizers, func(f string) bool { return f == localvolume.Finalizer })
 		if _, err := client.CoreV1().PersistentVolumes().Update(ctx, terminating, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +221,7 @@ func TestLocalProvisioning(t *testing.T) {
 		}
 		controllertest.Consistently(t, 2*time.Second, "pv-other untouched", func() (bool, error) {
 			cur, err := client.CoreV1().PersistentVolumes().Get(ctx, "pv-other", metav1.GetOptions{})
-			if err != nil || len(cur.Labels) != 0 || len(cur.Finalizers) != 0 {
+			if err != nil || len(cur.Labels) != 0 || slices.Contains(cur.Finalizers, localvolume.Finalizer) {
 				return false, fmt.Errorf("pv-other: %v labels %v finalizers %v", err, cur.GetLabels(), cur.GetFinalizers())
 			}
 			return true, nil

@@ -216,3 +216,18 @@ func requirementsSelector(reqs []corev1.NodeSelectorRequirement) (labels.Selecto
 	}
 	return sel, nil
 }
+
+// ClaimNames lists the claims a pod uses: those of its persistentVolumeClaim volumes and of
+// its generic ephemeral volumes (named <pod>-<volume>, as upstream).
+func ClaimNames(pod *corev1.Pod) []string {
+	var out []string
+	for _, v := range pod.Spec.Volumes {
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			out = append(out, v.PersistentVolumeClaim.ClaimName)
+		case v.Ephemeral != nil:
+			out = append(out, pod.Name+"-"+v.Name)
+		}
+	}
+	return out
+}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumebinding"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumeprotection"
 	"github.com/flotilla-dev/flotilla/test/controllertest"
 )
 
@@ -177,7 +178,8 @@ func (e env) waitEvent(claimName, reason, message string) {
 }
 
 func TestVolumeBinding(t *testing.T) {
-	a, client, _ := controllertest.StartController(t, volumebinding.NewController)
+	// volumeprotection releases the deleted claims (each carries the in-use finalizer).
+	a, client := controllertest.Start(t, volumebinding.New, volumeprotection.New)
 	ctx := context.Background()
 	for _, n := range []struct{ name, zone string }{{"edge-a", "north"}, {"edge-b", "south"}} {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{
