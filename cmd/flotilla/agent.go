@@ -101,6 +101,7 @@ func newAgentCommand() *cobra.Command {
 	f.StringVar(&c.EncryptionProviderConfig, "encryption-provider-config", c.EncryptionProviderConfig, "EncryptionConfiguration file (apiserver.config.k8s.io/v1, as kube-apiserver's) replacing the default encryption of Secrets with a key derived from the site CA; the way to rotate that key")
 	f.DurationVar(&c.NodeMonitorGracePeriod, "node-monitor-grace-period", c.NodeMonitorGracePeriod, "how long a host may miss heartbeats (Lease renewals) before its Node goes Ready=Unknown and gets the unreachable taints")
 	f.DurationVar(&c.ClusterSigningDuration, "cluster-signing-duration", c.ClusterSigningDuration, "longest validity of the certificates the site CA issues for CertificateSigningRequests (kubernetes.io/kube-apiserver-client, kube-apiserver-client-kubelet, kubelet-serving); spec.expirationSeconds may ask for less, at least 10m")
+	f.StringVar(&c.LocalVolumePath, "local-volume-path", c.LocalVolumePath, "directory under which the built-in StorageClass flotilla-local keeps its volumes (its path parameter), read when the class is first created; give every host of a site the same; default /var/lib/flotilla/volumes")
 	f.StringVar(&c.GitURL, "git-url", c.GitURL, "git repository the site deploys from (recorded as GitSource kube-system/root); file://, https://")
 	f.StringVar(&c.GitRef, "git-ref", c.GitRef, "branch (or tags/NAME, or a 40-hex commit) of --git-url")
 	f.StringVar(&c.GitPath, "git-path", c.GitPath, "directory in the repository to render (kustomization.yaml or plain YAML)")

@@ -254,9 +254,17 @@ func (h *Host) TokenFile() string { return filepath.Join(h.DataDir, "token") }
 func (h *Host) LogFile() string { return filepath.Join(h.site.opts.Dir, h.Name+".log") }
 
 // Start starts the agent in the host's namespace. The first host of a site is started with
-// no join; others join host 1 with its token unless args say otherwise.
+// no join; others join host 1 with its token unless args say otherwise. The site's local
+// volumes live in its directory (<dir>/volumes), so that removing the site removes them.
 func (h *Host) Start(extra ...string) error {
 	args := []string{"agent", "--data-dir", h.DataDir, "--name", h.Name, "--listen-address", h.IP}
+	if h.site.opts.Dir != "" {
+		volumes, err := h.site.VolumeDir()
+		if err != nil {
+			return err
+		}
+		args = append(args, "--local-volume-path", volumes)
+	}
 	args = append(args, extra...)
 	return h.startWith(args)
 }
@@ -529,6 +537,10 @@ func (h *Host) MoveTo(ip string) error {
 
 // Subnet returns the site's /24 prefix without the last octet ("10.213.N").
 func (s *Site) Subnet() string { return s.subnet }
+
+// VolumeDir is the directory under which the site's hosts keep the volumes of the built-in
+// class flotilla-local (--local-volume-path): <dir>/volumes, absolute.
+func (s *Site) VolumeDir() (string, error) { return filepath.Abs(filepath.Join(s.opts.Dir, "volumes")) }
 
 // isAgent reports whether pid is a flotilla agent (so a recycled PID is never signalled).
 func isAgent(pid int) bool {

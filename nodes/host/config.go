@@ -70,6 +70,10 @@ type Config struct {
 	// ClusterSigningDuration is the longest validity of the certificates csrsigning issues
 	// for CertificateSigningRequests (at least 10 minutes).
 	ClusterSigningDuration time.Duration
+	// LocalVolumePath is the directory under which the built-in flotilla-local class keeps
+	// its volumes (its "path" parameter), read when the leader first creates the class;
+	// empty: /var/lib/flotilla/volumes.
+	LocalVolumePath string
 	// ServiceAccountMaxTokenTTL caps the lifetime of the ServiceAccount tokens the API
 	// issues (48h; tests lower it to watch pods' tokens being refreshed).
 	ServiceAccountMaxTokenTTL time.Duration
@@ -395,6 +399,9 @@ func (c *Config) Complete() (validation.Options, error) {
 	}
 	if _, err := SelectControllers(c.Controllers, *c); err != nil {
 		return vopts, err
+	}
+	if c.LocalVolumePath != "" && !filepath.IsAbs(c.LocalVolumePath) {
+		return vopts, fmt.Errorf("--local-volume-path %q must be an absolute path", c.LocalVolumePath)
 	}
 	if c.ClusterSigningDuration < csrsigning.MinDuration {
 		return vopts, fmt.Errorf("--cluster-signing-duration %s is too short: certificates are issued for at least %s", c.ClusterSigningDuration, csrsigning.MinDuration)

@@ -22,6 +22,7 @@ func TestConfigCompleteBadInput(t *testing.T) {
 		{"dns outside services", func(c *Config) { c.ClusterDNS = "10.244.0.10" }, "inside --service-cidr"},
 		{"unknown proxy mode", func(c *Config) { c.ProxyMode = "iptables" }, "use auto, ipvs or nftables"},
 		{"unknown controller", func(c *Config) { c.Controllers = "deployment,hpa" }, `unknown controller "hpa"`},
+		{"relative local volume path", func(c *Config) { c.LocalVolumePath = "volumes" }, `--local-volume-path "volumes" must be an absolute path`},
 		{"bad node port range", func(c *Config) { c.NodePortRange = "32767-30000" }, "--node-port-range"},
 		{"unknown seccomp default", func(c *Config) { c.SeccompDefault = "Localhost" }, "--seccomp-default"},
 		{"one container log file", func(c *Config) { c.ContainerLogMaxFiles = 1 }, "--container-log-max-files 1"},

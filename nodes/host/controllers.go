@@ -37,6 +37,7 @@ import (
 // controllerList is every controller the leader runs, configured from cfg.
 func controllerList(cfg Config) []controllers.Named {
 	dataDir, clusterCIDR, gitLimits, signingDuration := cfg.DataDir, cfg.ClusterCIDR, cfg.GitLimits, cfg.ClusterSigningDuration
+	localVolumePath := cfg.LocalVolumePath
 	return []controllers.Named{
 		{Name: "gitsync", New: func(c *controllers.Context) (controllers.Runner, error) {
 			return gitsync.NewWithConfig(c, gitsync.Config{CacheDir: filepath.Join(dataDir, "git"), Limits: gitLimits})
@@ -51,7 +52,9 @@ func controllerList(cfg Config) []controllers.Named {
 		{Name: "servicelb", New: servicelb.New, Workers: 1},
 		{Name: "volumebinding", New: volumebinding.New, Workers: 2},
 		{Name: "volumeprotection", New: volumeprotection.New, Workers: 2},
-		{Name: "localvolume", New: func(c *controllers.Context) (controllers.Runner, error) { return localvolume.New(c) }, Workers: 2},
+		{Name: "localvolume", New: func(c *controllers.Context) (controllers.Runner, error) {
+			return localvolume.NewWithOptions(c, localvolume.Options{Path: localVolumePath})
+		}, Workers: 2},
 		{Name: "serviceaccount", New: serviceaccount.New, Workers: 1},
 		{Name: "rootca", New: rootca.New, Workers: 1},
 		{Name: "clusterroleaggregation", New: clusterroleaggregation.New, Workers: 1},

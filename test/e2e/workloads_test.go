@@ -207,6 +207,10 @@ func TestWorkloadsOnHosts(t *testing.T) {
 			if _, err := os.Stat(pv.Spec.Local.Path); err != nil {
 				t.Fatalf("the directory of volume %s (claim %s): %v", pv.Name, claim, err)
 			}
+			// The site's hosts keep their volumes in the site's directory (--local-volume-path).
+			if dir, err := s.VolumeDir(); err != nil || !strings.HasPrefix(pv.Spec.Local.Path, dir+"/") {
+				t.Errorf("volume %s lives in %s, want it under the site's %s (%v)", pv.Name, pv.Spec.Local.Path, dir, err)
+			}
 			return pv
 		}
 		reclaimed := func(pv *corev1.PersistentVolume) {

@@ -71,8 +71,17 @@ const (
 	volumePrefix = "volume:"
 )
 
+// Options configure the controller.
+type Options struct {
+	// Path is the "path" parameter of the flotilla-local class the controller creates when it
+	// does not exist (--local-volume-path); empty leaves the parameter out (DefaultPath). A
+	// class that exists is not changed.
+	Path string
+}
+
 // Controller provisions local volumes for claims of flotilla.dev/local classes.
 type Controller struct {
+	opts     Options
 	client   kubernetes.Interface
 	claims   corelisters.PersistentVolumeClaimLister
 	volumes  corelisters.PersistentVolumeLister
@@ -84,13 +93,23 @@ type Controller struct {
 	log      *logrus.Entry
 }
 
-// New builds the controller and registers its informers on the shared factory.
-func New(cctx *controllers.Context) (*Controller, error) {
+// New builds the controller with default options and registers its informers on the
+// shared factory.
+func New(cctx *controllers.Context) (*Controller, error) { return NewWithOptions(cctx, Options{}) }
+
+// NewWithOptions builds the controller and registers its informers on the shared factory.
+func NewWithOptions(cctx *controllers.Context, opts Options) (*Controller, error) {
+	if opts.Path != "" {
+		if _, err := localpv.Root(map[string]string{ParamPath: opts.Path}); err != nil {
+			return nil, fmt.Errorf("local volume path: %w", err)
+		}
+	}
 	claimInf := cctx.Informers.Core().V1().PersistentVolumeClaims()
 	volumeInf := cctx.Informers.Core().V1().PersistentVolumes()
 	classInf := cctx.Informers.Storage().V1().StorageClasses()
 	nodeInf := cctx.Informers.Core().V1().Nodes()
 	c := &Controller{
+		opts:   opts,
 		client: cctx.Client, claims: claimInf.Lister(), volumes: volumeInf.Lister(), classes: classInf.Lister(), nodes: nodeInf.Lister(),
 		synced: []cache.InformerSynced{claimInf.Informer().HasSynced, volumeInf.Informer().HasSynced, classInf.Informer().HasSynced,
 			nodeInf.Informer().HasSynced},
@@ -132,7 +151,7 @@ func New(cctx *controllers.Context) (*Controller, error) {
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	// Retry until the API takes it: claims of the class wait for it anyway.
 	err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
-		if err := EnsureDefaultStorageClass(ctx, c.client); err != nil {
+		if err := EnsureDefaultStorageClass(ctx, c.client, c.opts.Path); err != nil {
 			c.log.WithError(err).Warn("ensure default StorageClass, will retry")
 			return false, nil
 		}
@@ -144,31 +163,38 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	return internal.RunWorkers(ctx, "localvolume", c.queue, workers, c.synced, c.sync)
 }
 
-// DefaultStorageClass is the flotilla-local class: node-local directories, provisioned once a
-// pod using the claim is scheduled, deleted with their claim.
-func DefaultStorageClass() *storagev1.StorageClass {
+// DefaultStorageClass is the flotilla-local class: node-local directories (under dir, or
+// DefaultPath when dir is empty), provisioned once a pod using the claim is scheduled,
+// deleted with their claim.
+func DefaultStorageClass(dir string) *storagev1.StorageClass {
+	var params map[string]string
+	if dir != "" {
+		params = map[string]string{ParamPath: dir}
+	}
 	return &storagev1.StorageClass{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        ClassName,
 			Annotations: map[string]string{AnnIsDefaultClass: "true"},
 		},
 		Provisioner:       Provisioner,
+		Parameters:        params,
 		ReclaimPolicy:     new(corev1.PersistentVolumeReclaimDelete),
 		VolumeBindingMode: new(storagev1.VolumeBindingWaitForFirstConsumer),
 	}
 }
 
-// EnsureDefaultStorageClass creates the flotilla-local StorageClass unless a class of that
-// name exists. An existing class is left as it is, so an administrator may change its
-// annotations (for example to make another class the default).
-func EnsureDefaultStorageClass(ctx context.Context, client kubernetes.Interface) error {
+// EnsureDefaultStorageClass creates the flotilla-local StorageClass, its volumes under dir
+// ("" for DefaultPath), unless a class of that name exists. An existing class is left as it
+// is, so an administrator may change its annotations (for example to make another class the
+// default).
+func EnsureDefaultStorageClass(ctx context.Context, client kubernetes.Interface, dir string) error {
 	classes := client.StorageV1().StorageClasses()
 	if _, err := classes.Get(ctx, ClassName, metav1.GetOptions{}); err == nil {
 		return nil
 	} else if !apierrors.IsNotFound(err) {
 		return fmt.Errorf("get StorageClass %s: %w", ClassName, err)
 	}
-	if _, err := classes.Create(ctx, DefaultStorageClass(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := classes.Create(ctx, DefaultStorageClass(dir), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create StorageClass %s: %w", ClassName, err)
 	}
 	logrus.WithField("storageclass", ClassName).Info("created default StorageClass")

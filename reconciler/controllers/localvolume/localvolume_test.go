@@ -314,7 +314,7 @@ func TestLocalProvisioning(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 2 {
-			if err := localvolume.EnsureDefaultStorageClass(ctx, client); err != nil {
+			if err := localvolume.EnsureDefaultStorageClass(ctx, client, ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -331,12 +331,23 @@ func TestLocalProvisioning(t *testing.T) {
 		if err := client.StorageV1().StorageClasses().Delete(ctx, localvolume.ClassName, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := localvolume.EnsureDefaultStorageClass(ctx, client); err != nil {
+		if err := localvolume.EnsureDefaultStorageClass(ctx, client, ""); err != nil {
 			t.Fatal(err)
 		}
 		claim, err = claims.Create(ctx, newClaim("noclass", ptr.To(""), ""), metav1.CreateOptions{})
 		if err != nil || ptr.Deref(claim.Spec.StorageClassName, "<nil>") != "" {
 			t.Fatalf("claim with class \"\": %v class %v", err, claim.Spec.StorageClassName)
+		}
+		// --local-volume-path: a class created anew keeps its volumes there.
+		if err := client.StorageV1().StorageClasses().Delete(ctx, localvolume.ClassName, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := localvolume.EnsureDefaultStorageClass(ctx, client, "/srv/site/volumes"); err != nil {
+			t.Fatal(err)
+		}
+		got, err = client.StorageV1().StorageClasses().Get(ctx, localvolume.ClassName, metav1.GetOptions{})
+		if err != nil || got.Parameters[localvolume.ParamPath] != "/srv/site/volumes" {
+			t.Fatalf("class created with a path: %v %+v", err, got)
 		}
 	})
 }

@@ -27,7 +27,7 @@ func testClaim(mods ...func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVo
 }
 
 func TestProvisionedVolume(t *testing.T) {
-	retain := DefaultStorageClass()
+	retain := DefaultStorageClass("")
 	retain.Name, retain.ReclaimPolicy = "keep", ptr.To(corev1.PersistentVolumeReclaimRetain)
 	retain.Parameters = map[string]string{ParamPath: "/srv/vols/"}
 	cases := []struct {
@@ -39,25 +39,25 @@ func TestProvisionedVolume(t *testing.T) {
 		reclaim  corev1.PersistentVolumeReclaimPolicy
 		node     string // edge-a when empty
 	}{
-		{name: "default class", claim: testClaim(), class: DefaultStorageClass(),
+		{name: "default class", claim: testClaim(), class: DefaultStorageClass(""),
 			wantPath: "/var/lib/flotilla/volumes/pvc-1234", reclaim: corev1.PersistentVolumeReclaimDelete},
 		{name: "path parameter and Retain", claim: testClaim(), class: retain,
 			wantPath: "/srv/vols/pvc-1234", reclaim: corev1.PersistentVolumeReclaimRetain},
 		{name: "relative path parameter", claim: testClaim(), class: func() *storagev1.StorageClass {
-			c := DefaultStorageClass()
+			c := DefaultStorageClass("")
 			c.Parameters = map[string]string{ParamPath: "vols"}
 			return c
 		}(), wantErr: "must be an absolute path"},
 		{name: "block mode", claim: testClaim(func(c *corev1.PersistentVolumeClaim) {
 			c.Spec.VolumeMode = ptr.To(corev1.PersistentVolumeBlock)
-		}), class: DefaultStorageClass(), wantErr: "use Filesystem"},
+		}), class: DefaultStorageClass(""), wantErr: "use Filesystem"},
 		{name: "ReadWriteMany", claim: testClaim(func(c *corev1.PersistentVolumeClaim) {
 			c.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
-		}), class: DefaultStorageClass(), wantErr: "ReadWriteOnce"},
+		}), class: DefaultStorageClass(""), wantErr: "ReadWriteOnce"},
 		{name: "no storage request", claim: testClaim(func(c *corev1.PersistentVolumeClaim) {
 			c.Spec.Resources.Requests = nil
-		}), class: DefaultStorageClass(), wantErr: "requests.storage"},
-		{name: "node name too long for a label", claim: testClaim(), class: DefaultStorageClass(), node: strings.Repeat("n", 64),
+		}), class: DefaultStorageClass(""), wantErr: "requests.storage"},
+		{name: "node name too long for a label", claim: testClaim(), class: DefaultStorageClass(""), node: strings.Repeat("n", 64),
 			wantErr: "cannot be a label value"},
 	}
 	for _, c := range cases {
@@ -103,5 +103,13 @@ func TestProvisionedVolume(t *testing.T) {
 				t.Errorf("node affinity expression %+v", e)
 			}
 		})
+	}
+}
+
+// A relative --local-volume-path is refused before the controller starts.
+func TestRelativeVolumePathRefused(t *testing.T) {
+	_, err := NewWithOptions(nil, Options{Path: "volumes"})
+	if err == nil || !strings.Contains(err.Error(), "absolute path") {
+		t.Fatalf("NewWithOptions with a relative path: %v, want an error asking for an absolute path", err)
 	}
 }
