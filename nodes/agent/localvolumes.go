@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,7 @@ import (
 
 	rt "github.com/flotilla-dev/flotilla/nodes/runtime"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/localvolume/localpv"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumeprotection"
 )
 
 // Event reasons of the cleanup of local volumes; VolumeFailedDelete is upstream's.
@@ -40,9 +42,10 @@ const (
 // finalizer (package localpv); the agent lists and watches the volumes labelled with its own
 // name (the one list of volumes the Node authorizer allows a host) and, once one is deleted:
 //
-//   - reclaim policy Delete: waits until no pod of this host may still use the data (claims
-//     have no protection finalizer in flotilla: a claim, and so its volume, may be deleted
-//     under a running pod), removes the directory, then the finalizer;
+//   - reclaim policy Delete: waits until the volume is no longer held by its in-use finalizer
+//     (kubernetes.io/pv-protection: a volume deleted while Bound keeps its data for its claim
+//     until the claim is gone) and no pod of this host may still use the data, removes the
+//     directory, then the finalizer;
 //   - any other reclaim policy (Retain, set on the class or on the volume to keep the data):
 //     removes only the finalizer, and the directory stays.
 //
@@ -159,6 +162,11 @@ func (l *localVolumes) sync(ctx context.Context, name string) error {
 		l.recorder.Eventf(pv, corev1.EventTypeNormal, reasonVolumeRetained,
 			"Reclaim policy %s: the data stays in %s on node %s", pv.Spec.PersistentVolumeReclaimPolicy, dir, l.node)
 		log.Info("deleted volume retained: its directory stays")
+		return nil
+	}
+	if slices.Contains(pv.Finalizers, volumeprotection.VolumeFinalizer) {
+		// Deleted while Bound: the update that removes the in-use finalizer queues it again.
+		log.Debug("deleted volume still Bound: its directory stays until its claim is gone")
 		return nil
 	}
 	user, err := l.user(ctx, pv)

@@ -22,6 +22,7 @@ import (
 
 	rt "github.com/flotilla-dev/flotilla/nodes/runtime"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/localvolume/localpv"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumeprotection"
 )
 
 func writeTree(t *testing.T, files map[string]string) {
@@ -191,7 +192,10 @@ func TestLocalVolumesSync(t *testing.T) {
 	live := testVolume("pvc-live", "host-1", root, corev1.PersistentVolumeReclaimDelete)
 	live.DeletionTimestamp = nil
 	moved := testVolume("pvc-moved", "host-1", elsewhere, corev1.PersistentVolumeReclaimDelete)
-	vols := []*corev1.PersistentVolume{gone, busy, kept, theirs, live, moved}
+	// Deleted while Bound: held by the in-use finalizer until its claim is gone.
+	bound := testVolume("pvc-bound", "host-1", root, corev1.PersistentVolumeReclaimDelete)
+	bound.Finalizers = append(bound.Finalizers, volumeprotection.VolumeFinalizer)
+	vols := []*corev1.PersistentVolume{gone, busy, kept, theirs, live, moved, bound}
 	objs := []runtime.Object{class}
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	for _, v := range vols {
@@ -255,6 +259,9 @@ func TestLocalVolumesSync(t *testing.T) {
 		t.Errorf("events of Retain %q", ev)
 	}
 
+	if err := l.sync(ctx, "pvc-bound"); err != nil || !exists(filepath.Join(localpv.Dir(bound), "data")) || len(finalizers("pvc-bound")) != 2 {
+		t.Errorf("a volume deleted while Bound: %v, data kept %v, finalizers %v; want both kept", err, exists(localpv.Dir(bound)), finalizers("pvc-bound"))
+	}
 	for _, v := range []*corev1.PersistentVolume{theirs, live} {
 		if err := l.sync(ctx, v.Name); err != nil || !exists(filepath.Join(localpv.Dir(v), "data")) || len(finalizers(v.Name)) != 1 {
 			t.Errorf("%s: %v, touched", v.Name, err)

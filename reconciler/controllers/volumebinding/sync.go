@@ -223,7 +223,7 @@ func (c *Controller) syncVolume(ctx context.Context, name string) error {
 		return err
 	}
 	if pv.DeletionTimestamp != nil {
-		return nil
+		return c.releaseDeleted(ctx, pv)
 	}
 	ref := pv.Spec.ClaimRef
 	if ref == nil || ref.UID == "" {
@@ -276,6 +276,23 @@ func (c *Controller) syncVolume(ctx context.Context, name string) error {
 		log.Info("claim bound elsewhere, volume unbound")
 		return nil
 	}
+}
+
+// releaseDeleted marks a deleted volume Released once the claim it is bound to is gone, as
+// upstream's PV controller does: its in-use finalizer (kubernetes.io/pv-protection) holds it
+// while it is Bound. A deleted volume is not otherwise changed.
+func (c *Controller) releaseDeleted(ctx context.Context, pv *corev1.PersistentVolume) error {
+	ref := pv.Spec.ClaimRef
+	if pv.Status.Phase != corev1.VolumeBound || ref == nil || ref.UID == "" {
+		return nil
+	}
+	claim, err := c.claimFor(ctx, ref)
+	if err != nil || claim != nil {
+		return err
+	}
+	c.log.WithFields(logrus.Fields{"volume": pv.Name, "claim": ref.Namespace + "/" + ref.Name}).Info("claim gone, deleted volume released")
+	_, err = c.setVolumePhase(ctx, pv, corev1.VolumeReleased)
+	return err
 }
 
 // claimFor returns the claim ref points at, or nil when no claim with that UID exists. A

@@ -2,6 +2,7 @@ package volumebinding_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -324,6 +325,35 @@ func TestVolumeBinding(t *testing.T) {
 		if line := a.MustKubectl("", "get", "pv", "rc-retain", "--no-headers"); !strings.Contains(line, "Released") || !strings.Contains(line, "reclaim/retain") {
 			t.Errorf("kubectl get pv rc-retain = %q, want Released with claim reclaim/retain", line)
 		}
+	})
+
+	t.Run("a volume deleted while Bound goes once its claim does", func(t *testing.T) {
+		e := newEnv(t, "protect")
+		e.createPV(localPV("pr-held", "1Gi", "pr", "edge-a", corev1.PersistentVolumeReclaimRetain),
+			localPV("pr-free", "1Gi", "pr-free", "edge-a", corev1.PersistentVolumeReclaimRetain))
+		e.createPVC(claim("held", "1Gi", "pr"))
+		e.waitBound("held", "pr-held")
+		for _, pv := range []string{"pr-held", "pr-free"} {
+			if err := client.CoreV1().PersistentVolumes().Delete(ctx, pv, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Once the Available one is gone, volumeprotection has seen the Bound one too.
+		controllertest.Eventually(t, wait, "the Available volume pr-free gone", func() (bool, error) {
+			_, err := client.CoreV1().PersistentVolumes().Get(ctx, "pr-free", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		if pv := e.pv("pr-held"); pv.DeletionTimestamp == nil || pv.Status.Phase != corev1.VolumeBound ||
+			!slices.Contains(pv.Finalizers, volumeprotection.VolumeFinalizer) {
+			t.Fatalf("pr-held, deleted while Bound: deleted %v phase %s finalizers %v, want it held Bound", pv.DeletionTimestamp, pv.Status.Phase, pv.Finalizers)
+		}
+		if err := client.CoreV1().PersistentVolumeClaims(e.ns).Delete(ctx, "held", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		controllertest.Eventually(t, wait, "pr-held Released and gone", func() (bool, error) {
+			_, err := client.CoreV1().PersistentVolumes().Get(ctx, "pr-held", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
 	})
 
 	t.Run("StatefulSet claim www-web-0", func(t *testing.T) {
