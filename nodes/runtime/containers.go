@@ -545,8 +545,25 @@ func (r *Runtime) ContainerStatus(ctx context.Context, id string) (*ContainerSta
 	} else if !errdefs.IsNotFound(errgrpc.ToNative(err)) {
 		return nil, fmt.Errorf("container %s task: %w", id, errgrpc.ToNative(err))
 	}
+	info, proc = r.settle(ctx, info, proc)
 	st := statusFrom(info, proc)
 	return &st, nil
+}
+
+// settle records the exit of a container whose task has stopped but whose exit the event
+// reaper has not recorded yet, and returns the container as recorded then. So a status never
+// shows an exit without what is recorded with it (the OOM kill, read from the cgroup
+// before the task is deleted).
+func (r *Runtime) settle(ctx context.Context, info containers.Container, proc *tasktypes.Process) (containers.Container, *tasktypes.Process) {
+	if proc == nil || proc.Status != tasktypes.Status_STOPPED {
+		return info, proc
+	}
+	r.reap(ctx, info.ID)
+	fresh, err := r.client.ContainerService().Get(ctx, info.ID)
+	if err != nil || fresh.Labels[labelFinishedAt] == "" {
+		return info, proc
+	}
+	return fresh, nil
 }
 
 // ListContainers returns the status of every container in our namespace.
@@ -566,7 +583,8 @@ func (r *Runtime) ListContainers(ctx context.Context) ([]ContainerStatus, error)
 	}
 	out := make([]ContainerStatus, 0, len(conts))
 	for _, c := range conts {
-		out = append(out, statusFrom(c, procs[c.ID]))
+		c, p := r.settle(ctx, c, procs[c.ID])
+		out = append(out, statusFrom(c, p))
 	}
 	return out, nil
 }
