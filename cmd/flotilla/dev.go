@@ -29,11 +29,17 @@ func newDevCommand() *cobra.Command {
 		Use: "down", Short: "Stop the hosts and remove everything `dev up` created", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return o.Down() },
 	}
+	start := &cobra.Command{
+		Use:   "start [HOST...]",
+		Short: "Start again the stopped hosts of the dev site (the named ones, or all), with the arguments `dev up` gave them",
+		RunE:  func(cmd *cobra.Command, args []string) error { return o.Start(args) },
+	}
+	start.Flags().StringVar(&o.Bin, "flotilla", "", "the flotilla binary the hosts run (default: the one `dev up` gave them)")
 	status := &cobra.Command{
 		Use: "status", Short: "Show the hosts of the dev site", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return o.Status(cmd.Context()) },
 	}
-	cmd.AddCommand(up, down, status, &cobra.Command{
+	cmd.AddCommand(up, down, start, status, &cobra.Command{
 		Use:   "notify",
 		Short: "Send the dev site a signed git push event (what the repository's post-receive hook runs)",
 		Args:  cobra.NoArgs,

@@ -222,6 +222,70 @@ func (o *Dev) Down() error {
 	return nil
 }
 
+// Start starts again the stopped hosts of the site (those named, or every one), each with
+// the arguments `dev up` gave it: a host whose agent was killed or crashed comes back with
+// its data.
+func (o *Dev) Start(names []string) error {
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return err
+	}
+	o.Dir = dir
+	site, err := Load(o.statePath(), Options{Dir: o.Dir, Bin: o.Bin, Detach: true})
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("no dev site in %s: run `flotilla dev up` first", o.Dir)
+	}
+	if err != nil {
+		return err
+	}
+	if site.opts.Bin == "" {
+		if site.opts.Bin, err = os.Executable(); err != nil {
+			return err
+		}
+	}
+	hosts := site.Hosts
+	if len(names) > 0 {
+		byName := map[string]*Host{}
+		var known []string
+		for _, h := range site.Hosts {
+			byName[h.Name] = h
+			known = append(known, h.Name)
+		}
+		hosts = nil
+		for _, n := range names {
+			h, ok := byName[n]
+			if !ok {
+				return fmt.Errorf("no host %q in the dev site (hosts: %s)", n, strings.Join(known, ", "))
+			}
+			hosts = append(hosts, h)
+		}
+	}
+	started := 0
+	for _, h := range hosts {
+		if h.Running() {
+			if len(names) > 0 {
+				fmt.Fprintf(o.out(), "%s is already running (pid %d)\n", h.Name, h.PID())
+			}
+			continue
+		}
+		if len(h.args) == 0 {
+			return fmt.Errorf("%s was never started: run `flotilla dev down`, then `flotilla dev up`", h.Name)
+		}
+		if err := h.Restart(); err != nil {
+			return fmt.Errorf("start %s: %w", h.Name, err)
+		}
+		if err := site.Save(o.statePath()); err != nil {
+			return err
+		}
+		fmt.Fprintf(o.out(), "%s started (pid %d); its log: %s\n", h.Name, h.PID(), h.LogFile())
+		started++
+	}
+	if started == 0 && len(names) == 0 {
+		fmt.Fprintln(o.out(), "every host is running")
+	}
+	return nil
+}
+
 // Status prints the hosts of the site and how many Nodes are Ready.
 func (o *Dev) Status(ctx context.Context) error {
 	site, err := Load(o.statePath(), Options{})

@@ -556,6 +556,8 @@ type siteState struct {
 	Prefix, Subnet, Bridge string
 	Routes                 []string
 	Hosts                  []hostState
+	// Bin is the flotilla binary the hosts run (Options.Bin), for starting one again.
+	Bin string `json:",omitempty"`
 }
 
 type hostState struct {
@@ -567,7 +569,7 @@ type hostState struct {
 
 // Save writes what is needed to find and remove the site later (Load, then Close).
 func (s *Site) Save(path string) error {
-	st := siteState{Prefix: s.prefix, Subnet: s.subnet, Bridge: s.bridge, Routes: s.routes}
+	st := siteState{Prefix: s.prefix, Subnet: s.subnet, Bridge: s.bridge, Routes: s.routes, Bin: s.opts.Bin}
 	for _, h := range s.Hosts {
 		h.mu.Lock()
 		st.Hosts = append(st.Hosts, hostState{Index: h.Index, Name: h.Name, NetNS: h.NetNS, IP: h.IP, DataDir: h.DataDir, Veth: h.Veth, PID: h.pid, Args: h.args})
@@ -580,7 +582,7 @@ func (s *Site) Save(path string) error {
 	return os.WriteFile(path, b, 0o600)
 }
 
-// Load finds a site saved by Save.
+// Load finds a site saved by Save. A zero opts.Bin is the binary the site was saved with.
 func Load(path string, opts Options) (*Site, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -589,6 +591,9 @@ func Load(path string, opts Options) (*Site, error) {
 	var st siteState
 	if err := json.Unmarshal(b, &st); err != nil {
 		return nil, fmt.Errorf("site state %s is unreadable (%w): remove the site by hand (namespaces fl*-h* in `ip netns list`, bridge fl*br and veths fl*v* in `ip link`), then delete the file", path, err)
+	}
+	if opts.Bin == "" {
+		opts.Bin = st.Bin
 	}
 	s := &Site{opts: opts, prefix: st.Prefix, subnet: st.Subnet, bridge: st.Bridge, routes: st.Routes}
 	for _, hs := range st.Hosts {

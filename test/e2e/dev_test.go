@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,6 +82,33 @@ func TestDevUpDown(t *testing.T) {
 	})
 	if status := run("dev", "status", "--dir", dir); strings.Count(status, "running") != 2 {
 		t.Errorf("dev status:\n%s", status)
+	}
+
+	// A host whose agent dies comes back with `dev start`, with its data.
+	site, err := devsite.Load(filepath.Join(dir, "site.json"), devsite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host2 := site.Hosts[1]
+	if err := syscall.Kill(host2.PID(), syscall.SIGKILL); err != nil {
+		t.Fatalf("kill host-2's agent (pid %d, started by dev up here): %v", host2.PID(), err)
+	}
+	waitFor(t, 30*time.Second, "dev status showing host-2 stopped", func() (bool, string) {
+		status := run("dev", "status", "--dir", dir)
+		return strings.Contains(status, "stopped") && strings.Count(status, "running") == 1, status
+	})
+	if out, err := exec.Command(bin, "dev", "start", "--dir", dir, "host-9").CombinedOutput(); err == nil || !strings.Contains(string(out), `no host "host-9"`) {
+		t.Errorf("dev start host-9: %v %s, want an error naming the hosts", err, out)
+	}
+	if out := run("dev", "start", "--dir", dir); !strings.Contains(out, "host-2 started") || strings.Contains(out, "host-1") {
+		t.Errorf("dev start: %q, want host-2 started and host-1 left alone", out)
+	}
+	waitFor(t, 2*time.Minute, "host-2 Ready again", func() (bool, string) {
+		nodes, err := exec.Command(kubectl, "--kubeconfig", filepath.Join(dir, "host-2", "kubeconfig"), "get", "nodes", "--no-headers").CombinedOutput()
+		return err == nil && strings.Count(string(nodes), " Ready ") == 2, fmt.Sprint(string(nodes), err)
+	})
+	if out := run("dev", "start", "--dir", dir); !strings.Contains(out, "every host is running") {
+		t.Errorf("dev start with every host running: %q", out)
 	}
 	before, _ := exec.Command("ip", "netns", "list").CombinedOutput()
 	run("dev", "down", "--dir", dir)
