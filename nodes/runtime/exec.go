@@ -25,9 +25,16 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdin io.Re
 		return -1, errors.New("exec: empty command")
 	}
 	// An RPC cut short by ctx reports "Unknown: context deadline exceeded": say what happened.
+	// containerd's side of the call ends at the deadline too, and its answer can arrive
+	// before the timer that sets ctx.Err has run (on a loaded machine): a deadline passed is
+	// the deadline exceeded.
 	ctxErr := func(err error) error {
-		if ctx.Err() != nil {
-			return fmt.Errorf("exec in container %s: %w", id, ctx.Err())
+		cerr := ctx.Err()
+		if d, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(d) {
+			cerr = context.DeadlineExceeded
+		}
+		if cerr != nil {
+			return fmt.Errorf("exec in container %s: %w", id, cerr)
 		}
 		return err
 	}
