@@ -19,6 +19,7 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/garbagecollector"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/statefulset"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumeprotection"
 	"github.com/flotilla-dev/flotilla/test/controllertest"
 )
 
@@ -167,7 +168,9 @@ func (d *deletions) reset() {
 }
 
 func TestStatefulSet(t *testing.T) {
-	a, client := controllertest.Start(t, statefulset.New, gc)
+	// volumeprotection lets the claims the retention policy deletes go (each carries the
+	// in-use finalizer).
+	a, client := controllertest.Start(t, statefulset.New, gc, volumeprotection.New)
 	ctx := context.Background()
 
 	// Stable identities and claims, ordered start and scale-down, a pod that comes back with its
