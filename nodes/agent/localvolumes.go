@@ -27,6 +27,7 @@ import (
 
 	rt "github.com/flotilla-dev/flotilla/nodes/runtime"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/localvolume/localpv"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumebinding"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumeprotection"
 )
 
@@ -358,7 +359,7 @@ func (m *PodManager) localVolumeUser(ctx context.Context, pv *corev1.PersistentV
 	known := map[string]bool{}
 	for _, p := range pods {
 		known[string(p.UID)] = true
-		if p.Namespace != ref.Namespace || !podUsesClaim(p, ref.Name) {
+		if p.Namespace != ref.Namespace || !slices.Contains(volumebinding.ClaimNames(p), ref.Name) {
 			continue
 		}
 		if finished := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed; !finished || notExited(snap[string(p.UID)]) {
@@ -378,20 +379,6 @@ func (m *PodManager) localVolumeUser(ctx context.Context, pv *corev1.PersistentV
 func notExited(cs []rt.ContainerStatus) bool {
 	for _, c := range cs {
 		if c.State != rt.StateExited {
-			return true
-		}
-	}
-	return false
-}
-
-// podUsesClaim reports whether pod mounts claim, through a persistentVolumeClaim volume or a
-// generic ephemeral volume (claim <pod>-<volume>).
-func podUsesClaim(pod *corev1.Pod, claim string) bool {
-	for _, v := range pod.Spec.Volumes {
-		switch {
-		case v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim:
-			return true
-		case v.Ephemeral != nil && pod.Name+"-"+v.Name == claim:
 			return true
 		}
 	}
