@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumebinding"
 )
 
 // The permission bits the kubelet adds for fsGroup: group read and write on writable
@@ -43,6 +45,10 @@ func applyVolumeOwnership(pod *corev1.Pod, v *corev1.Volume, dir string, src vol
 		readOnly, always = true, true
 	case v.PersistentVolumeClaim != nil:
 		if v.PersistentVolumeClaim.ReadOnly || !localVolume(pod, v.PersistentVolumeClaim.ClaimName, src) {
+			return nil
+		}
+	case v.Ephemeral != nil:
+		if !localVolume(pod, volumebinding.EphemeralClaimName(pod, v), src) {
 			return nil
 		}
 	default:

@@ -10,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumebinding"
 )
 
 // volumeSources is what volumes may refer to.
@@ -56,8 +58,10 @@ func prepareVolumes(pod *corev1.Pod, podDir string, src volumeSources) (map[stri
 			dir, err = hostPathVolume(v.HostPath)
 		case v.PersistentVolumeClaim != nil:
 			dir, err = claimPath(pod, v.PersistentVolumeClaim.ClaimName, src)
+		case v.Ephemeral != nil:
+			dir, err = ephemeralClaimPath(pod, &v, src)
 		default:
-			err = fmt.Errorf("volume type is not supported by flotilla (use emptyDir, configMap, secret, downwardAPI, projected, hostPath or persistentVolumeClaim)")
+			err = fmt.Errorf("volume type is not supported by flotilla (use emptyDir, configMap, secret, downwardAPI, projected, hostPath, persistentVolumeClaim or ephemeral)")
 		}
 		if err == nil {
 			// fsGroup ownership once the volume is written (securitycontext_volumes.go).
@@ -327,6 +331,21 @@ func hostPathVolume(h *corev1.HostPathVolumeSource) (string, error) {
 		}
 	}
 	return h.Path, nil
+}
+
+// ephemeralClaimPath is claimPath for a generic ephemeral volume: the claim <pod>-<volume>
+// that the ephemeral volume controller creates for the pod, and only if the pod controls it
+// (a claim of that name left by an earlier pod, or made by hand, holds another's data).
+func ephemeralClaimPath(pod *corev1.Pod, v *corev1.Volume, src volumeSources) (string, error) {
+	name := volumebinding.EphemeralClaimName(pod, v)
+	pvc, err := src.PVC(pod.Namespace, name)
+	if err != nil {
+		return "", fmt.Errorf("%w: persistentVolumeClaim %q of the ephemeral volume: %v", errVolumeNotReady, name, err)
+	}
+	if err := volumebinding.EphemeralClaimIsForPod(pod, pvc); err != nil {
+		return "", fmt.Errorf("%w: %v", errVolumeNotReady, err)
+	}
+	return claimPath(pod, name, src)
 }
 
 func claimPath(pod *corev1.Pod, claim string, src volumeSources) (string, error) {

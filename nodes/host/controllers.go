@@ -15,6 +15,7 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/deployment"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/disruption"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/endpointslice"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/ephemeralvolume"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/garbagecollector"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/job"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/localvolume"
@@ -52,6 +53,7 @@ func controllerList(cfg Config) []controllers.Named {
 		{Name: "servicelb", New: servicelb.New, Workers: 1},
 		{Name: "volumebinding", New: volumebinding.New, Workers: 2},
 		{Name: "volumeprotection", New: volumeprotection.New, Workers: 2},
+		{Name: "ephemeralvolume", New: ephemeralvolume.New, Workers: 2},
 		{Name: "localvolume", New: func(c *controllers.Context) (controllers.Runner, error) {
 			return localvolume.NewWithOptions(c, localvolume.Options{Path: localVolumePath})
 		}, Workers: 2},

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 func TestFilters(t *testing.T) {
@@ -338,6 +339,42 @@ func TestVolumeBindingFilter(t *testing.T) {
 			snap := NewSnapshot(nodes()...)
 			snap.Volumes = vols
 			if got := reasonsOf(pod("p", 0, 0, usesClaim(tc.claim)), snap, tc.on); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestEphemeralVolumeFilter: the claim of a generic ephemeral volume is placed as any
+// claim once the pod controls it; one the pod does not own keeps it off every node.
+func TestEphemeralVolumeFilter(t *testing.T) {
+	withEphemeral := func(p *corev1.Pod) {
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{
+			Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{}}}})
+	}
+	p := pod("p", 0, 0, withEphemeral)
+	owned := claim("p-scratch", "flotilla-local", "")
+	owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "p", UID: p.UID, Controller: ptr.To(true)}}
+	stranger := claim("p-scratch", "flotilla-local", "")
+	stranger.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "uid-of-an-earlier-p", Controller: ptr.To(true)}}
+	for _, tc := range []struct {
+		name  string
+		claim *corev1.PersistentVolumeClaim
+		want  *Status
+	}{
+		{"not created yet", nil, unresolvable(`persistentvolumeclaim "p-scratch" not found`)},
+		{"created for the pod", owned, nil},
+		{"not created for the pod", stranger, unresolvable("PVC default/p-scratch was not created for pod default/p (pod is not owner)")},
+		{"no owner", claim("p-scratch", "flotilla-local", ""), unresolvable("PVC default/p-scratch was not created for pod default/p (pod is not owner)")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vols := fakeVolumes{claims: map[string]*corev1.PersistentVolumeClaim{}}
+			if tc.claim != nil {
+				vols.claims["default/p-scratch"] = tc.claim
+			}
+			snap := NewSnapshot(info(node("n1", 1000, 1024, 110)))
+			snap.Volumes = vols
+			if got := reasonsOf(p, snap, "n1"); !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 		})

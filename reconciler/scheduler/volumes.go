@@ -56,6 +56,11 @@ func newVolumeState(pod *corev1.Pod, src VolumeSource) (*volumeState, *Status) {
 		if claim == nil {
 			return nil, unresolvable(fmt.Sprintf("persistentvolumeclaim %q not found", name))
 		}
+		if volumebinding.IsEphemeralClaim(pod, name) {
+			if err := volumebinding.EphemeralClaimIsForPod(pod, claim); err != nil {
+				return nil, unresolvable(err.Error())
+			}
+		}
 		if claim.DeletionTimestamp != nil {
 			return nil, unresolvable(fmt.Sprintf("persistentvolumeclaim %q is being deleted", name))
 		}

@@ -14,6 +14,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
@@ -284,6 +285,45 @@ func TestWorkloadsOnHosts(t *testing.T) {
 			t.Fatal(err)
 		}
 		perHost(4)
+	})
+
+	t.Run("a generic ephemeral volume: a claim made for the pod, gone with it", func(t *testing.T) {
+		pod := newPod("scratch", "", corev1.RestartPolicyAlways, tool("app", "sleep", "600s"))
+		pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+		pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+			VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			}}}}}}
+		created, err := c.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitPod(t, c, "scratch", 2*time.Minute, "Ready", podReady)
+		claim, err := c.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "scratch-data", metav1.GetOptions{})
+		if err != nil || !metav1.IsControlledBy(claim, created) || claim.Status.Phase != corev1.ClaimBound {
+			t.Fatalf("claim scratch-data must be Bound and controlled by pod scratch: %v %+v", err, claim)
+		}
+		pv, err := c.CoreV1().PersistentVolumes().Get(context.Background(), claim.Spec.VolumeName, metav1.GetOptions{})
+		if err != nil || pv.Spec.Local == nil {
+			t.Fatalf("volume of claim scratch-data: %v %+v", err, pv)
+		}
+		if out, err := s.Hosts[0].Kubectl(context.Background(), "", "exec", "scratch", "--", "/app", "append", "/data/notes", "kept"); err != nil {
+			t.Fatalf("write to the ephemeral volume: %v %s", err, out)
+		}
+		if b, err := os.ReadFile(filepath.Join(pv.Spec.Local.Path, "notes")); err != nil || strings.TrimSpace(string(b)) != "kept" {
+			t.Fatalf("the pod's write is not in volume %s on the host: %v %q", pv.Name, err, b)
+		}
+		if err := c.CoreV1().Pods("default").Delete(context.Background(), "scratch", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Minute, "claim scratch-data, its volume and directory gone with the pod", func() (bool, string) {
+			_, claimErr := c.CoreV1().PersistentVolumeClaims("default").Get(context.Background(), "scratch-data", metav1.GetOptions{})
+			_, pvErr := c.CoreV1().PersistentVolumes().Get(context.Background(), pv.Name, metav1.GetOptions{})
+			_, dirErr := os.Stat(pv.Spec.Local.Path)
+			return apierrors.IsNotFound(claimErr) && apierrors.IsNotFound(pvErr) && os.IsNotExist(dirErr),
+				fmt.Sprintf("claim %v, volume %v, directory %v", claimErr, pvErr, dirErr)
+		})
 	})
 
 	t.Run("Job with completions 5, parallelism 2", func(t *testing.T) {

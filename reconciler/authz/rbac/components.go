@@ -211,6 +211,11 @@ var controllerPolicies = map[string][]rbacv1.PolicyRule{
 		rule(verbs("update"), coreGroup, "persistentvolumeclaims", "persistentvolumes"),
 		rule(verbs("list"), coreGroup, "pods"),
 	},
+	// ephemeralvolume/controller.go: Create of the claims of ephemeral volumes, Get of one
+	// that already existed (made a moment ago, the informer not yet aware).
+	"ephemeralvolume": {
+		rule(verbs("create", "get"), coreGroup, "persistentvolumeclaims"),
+	},
 	// localvolume/controller.go, sync.go: Get and Create of StorageClass flotilla-local;
 	// PersistentVolumes Create, Delete and Update (the node label and cleanup finalizer of
 	// volumes provisioned before them, the finalizer of a removed node's volume); Nodes Get

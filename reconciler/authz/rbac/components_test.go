@@ -12,7 +12,7 @@ import (
 
 // hostControllers are the controllers the hosts run (controllerList of nodes/host).
 var hostControllers = []string{"gitsync", "replicaset", "deployment", "statefulset", "daemonset", "job", "cronjob",
-	"podautoscaler", "servicelb", "volumebinding", "volumeprotection", "localvolume", "serviceaccount", "unenforced", "policyinventory",
+	"podautoscaler", "servicelb", "volumebinding", "volumeprotection", "ephemeralvolume", "localvolume", "serviceaccount", "unenforced", "policyinventory",
 	"garbagecollector", "endpointslice", "nodelifecycle", "scheduler", "nodeipam", "namespace", "disruption", "csrsigning", "csrapproving"}
 
 func TestControllerNames(t *testing.T) {
@@ -236,6 +236,9 @@ func TestComponentCalls(t *testing.T) {
 		ControllerUser("volumeprotection"): {
 			{"update", core, "persistentvolumeclaims", "ns1", "c"}, {"update", core, "persistentvolumes", "", "pv"},
 			{"list", core, "pods", "ns1", ""},
+		},
+		ControllerUser("ephemeralvolume"): {
+			{"create", core, "persistentvolumeclaims", "ns1", ""}, {"get", core, "persistentvolumeclaims", "ns1", "c"},
 		},
 		ControllerUser("localvolume"): {
 			{"create", core, "persistentvolumes", "", ""}, {"delete", core, "persistentvolumes", "", "pv"},

@@ -226,8 +226,33 @@ func ClaimNames(pod *corev1.Pod) []string {
 		case v.PersistentVolumeClaim != nil:
 			out = append(out, v.PersistentVolumeClaim.ClaimName)
 		case v.Ephemeral != nil:
-			out = append(out, pod.Name+"-"+v.Name)
+			out = append(out, EphemeralClaimName(pod, &v))
 		}
 	}
 	return out
+}
+
+// EphemeralClaimName is the claim of the generic ephemeral volume v of pod: <pod>-<volume>,
+// as upstream names it.
+func EphemeralClaimName(pod *corev1.Pod, v *corev1.Volume) string { return pod.Name + "-" + v.Name }
+
+// IsEphemeralClaim reports whether claim is the name of the claim of one of pod's generic
+// ephemeral volumes.
+func IsEphemeralClaim(pod *corev1.Pod, claim string) bool {
+	for i := range pod.Spec.Volumes {
+		if v := &pod.Spec.Volumes[i]; v.Ephemeral != nil && EphemeralClaimName(pod, v) == claim {
+			return true
+		}
+	}
+	return false
+}
+
+// EphemeralClaimIsForPod refuses the claim of a generic ephemeral volume of pod that the
+// pod does not control (a claim of that name made by someone else, or for an earlier pod of
+// the same name): the pod must not take another's data. The message is upstream's.
+func EphemeralClaimIsForPod(pod *corev1.Pod, claim *corev1.PersistentVolumeClaim) error {
+	if !metav1.IsControlledBy(claim, pod) {
+		return fmt.Errorf("PVC %s/%s was not created for pod %s/%s (pod is not owner)", claim.Namespace, claim.Name, pod.Namespace, pod.Name)
+	}
+	return nil
 }
