@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/flotilla-dev/flotilla/internal/podvolumes"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumebinding"
 )
 
@@ -61,7 +62,7 @@ func prepareVolumes(pod *corev1.Pod, podDir string, src volumeSources) (map[stri
 		case v.Ephemeral != nil:
 			dir, err = ephemeralClaimPath(pod, &v, src)
 		default:
-			err = fmt.Errorf("volume type is not supported by flotilla (use emptyDir, configMap, secret, downwardAPI, projected, hostPath, persistentVolumeClaim or ephemeral)")
+			err = fmt.Errorf("volume type %s is not supported by flotilla (use %s)", podvolumes.TypeOf(&v.VolumeSource), podvolumes.List(podvolumes.Types))
 		}
 		if err == nil {
 			// fsGroup ownership once the volume is written (securitycontext_volumes.go).
@@ -257,6 +258,9 @@ func writeProjected(dir string, pod *corev1.Pod, p *corev1.ProjectedVolumeSource
 			files, err = downwardFiles(pod, s.DownwardAPI.Items, p.DefaultMode)
 		case s.ServiceAccountToken != nil:
 			files, err = tokenFiles(dir, pod, s.ServiceAccountToken, p.DefaultMode, src)
+		default:
+			// Written nowhere rather than left out: the container expects the file.
+			err = fmt.Errorf("projected source %s is not supported by flotilla (use %s)", podvolumes.TypeOf(&s), podvolumes.List(podvolumes.ProjectionTypes))
 		}
 		if err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -95,15 +96,45 @@ func TestUnappliedPodSettings(t *testing.T) {
 		HostUsers: new(false), ShareProcessNamespace: new(true),
 		Containers: []corev1.Container{{Name: "a"}, {Name: "b", SecurityContext: &corev1.SecurityContext{ProcMount: &unmasked,
 			SELinuxOptions: &corev1.SELinuxOptions{Level: "s0"}}}},
+		Volumes: []corev1.Volume{
+			{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "share", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nas", Path: "/export"}}},
+			{Name: "certs", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}},
+				{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{Path: "ca.pem"}},
+			}}}},
+		},
 	}
-	got := strings.Join(unappliedPodSettings(spec), "\n")
-	for _, want := range []string{"spec.hostUsers: false", "spec.shareProcessNamespace", "spec.containers[1].securityContext.procMount: Unmasked",
-		"spec.containers[1].securityContext.seLinuxOptions"} {
+	got := strings.Join(unappliedPodSettings("spec.template.spec", spec), "\n")
+	for _, want := range []string{"spec.template.spec.hostUsers: false", "spec.template.spec.shareProcessNamespace",
+		"spec.template.spec.containers[1].securityContext.procMount: Unmasked", "spec.template.spec.containers[1].securityContext.seLinuxOptions",
+		`spec.template.spec.volumes[1].nfs (volume "share") is not carried out by flotilla: the pod cannot start; the node agent mounts emptyDir, configMap, secret, downwardAPI, projected, hostPath, persistentVolumeClaim or ephemeral volumes`,
+		`spec.template.spec.volumes[2].projected.sources[1].clusterTrustBundle (volume "certs") is not carried out by flotilla: the pod cannot start; a projected volume may hold configMap, secret, downwardAPI or serviceAccountToken`,
+	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("warnings lack %q:\n%s", want, got)
 		}
 	}
-	if w := unappliedPodSettings(&corev1.PodSpec{Containers: []corev1.Container{{Name: "plain"}}}); len(w) != 0 {
+	if n := strings.Count(got, "volumes["); n != 2 {
+		t.Errorf("%d warnings about volumes, want 2 (nfs, clusterTrustBundle):\n%s", n, got)
+	}
+	if w := unappliedPodSettings("spec", &corev1.PodSpec{Containers: []corev1.Container{{Name: "plain"}}}); len(w) != 0 {
 		t.Errorf("a plain pod gets warnings: %v", w)
+	}
+	nfs := &corev1.PersistentVolume{Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{
+		NFS: &corev1.NFSVolumeSource{Server: "nas", Path: "/export"}}}}
+	if got, want := unmountableVolume(nfs), "spec.nfs is not carried out by flotilla: a pod using this volume cannot start; the node agent mounts local and hostPath volumes"; got != want {
+		t.Errorf("an NFS PersistentVolume: %q, want %q", got, want)
+	}
+	local := &corev1.PersistentVolume{Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{
+		Local: &corev1.LocalVolumeSource{Path: "/srv"}}}}
+	if got := unmountableVolume(local); got != "" {
+		t.Errorf("a local PersistentVolume gets a warning: %q", got)
+	}
+	for resource, want := range map[schema.GroupResource]string{{Resource: "pods"}: "spec", {Group: "apps", Resource: "deployments"}: "spec.template.spec",
+		{Group: "batch", Resource: "cronjobs"}: "spec.jobTemplate.spec.template.spec"} {
+		if got := podSpecPath(resource); got != want {
+			t.Errorf("podSpecPath(%v) = %q, want %q", resource, got, want)
+		}
 	}
 }
