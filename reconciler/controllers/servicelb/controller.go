@@ -86,6 +86,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	if !Manages(svc) {
+		return nil
+	}
 	nodes, err := c.nodes.List(labels.Everything())
 	if err != nil {
 		return err
@@ -99,6 +102,11 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	_, err = c.client.CoreV1().Services(ns).UpdateStatus(ctx, cp, metav1.UpdateOptions{})
 	return err
 }
+
+// Manages reports whether the controller keeps the status of svc: not that of a Service that
+// names a load balancer implementation in spec.loadBalancerClass (such as MetalLB's), which
+// that implementation fills, as upstream's default load balancer leaves them alone.
+func Manages(svc *corev1.Service) bool { return svc.Spec.LoadBalancerClass == nil }
 
 // Ingress is the desired status.loadBalancer.ingress: the InternalIPs of Ready, schedulable
 // nodes for a LoadBalancer Service (sorted), nothing for other types.

@@ -35,16 +35,25 @@ func TestIngress(t *testing.T) {
 func TestLoadBalancerGetsHostAddresses(t *testing.T) {
 	a, client, _ := controllertest.StartController(t, func(cc *controllers.Context) (controllers.Runner, error) { return New(cc) })
 	ctx := context.Background()
+	// A Service of another load balancer implementation (its class) is left to it; it is
+	// created first, so it has been seen once the other one has its address.
+	other := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "metallb"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
+		LoadBalancerClass: new("metallb.io/metallb"), Selector: map[string]string{"app": "x"}, Ports: []corev1.ServicePort{{Port: 80}}}}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "lb"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
 		Selector: map[string]string{"app": "x"}, Ports: []corev1.ServicePort{{Port: 80}}}}
-	if _, err := client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	for _, s := range []*corev1.Service{other, svc} {
+		if _, err := client.CoreV1().Services("default").Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The agent registers its own Node (127.0.0.1) within seconds.
 	controllertest.Eventually(t, 30*time.Second, "ingress = the host's address", func() (bool, error) {
 		got, err := client.CoreV1().Services("default").Get(ctx, "lb", metav1.GetOptions{})
 		return err == nil && len(got.Status.LoadBalancer.Ingress) == 1 && got.Status.LoadBalancer.Ingress[0].IP == "127.0.0.1", err
 	})
+	if got, err := client.CoreV1().Services("default").Get(ctx, "metallb", metav1.GetOptions{}); err != nil || len(got.Status.LoadBalancer.Ingress) != 0 {
+		t.Errorf("the Service of load balancer class metallb.io/metallb got an address from flotilla: %v %+v", err, got.Status.LoadBalancer)
+	}
 	out := a.MustKubectl("", "get", "svc", "lb", "--no-headers")
 	if want := "127.0.0.1"; !strings.Contains(out, want) {
 		t.Errorf("kubectl get svc lb: %q, want EXTERNAL-IP %s", out, want)
