@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/warning"
 
@@ -14,7 +15,8 @@ const UnenforcedKindsPluginName = "FlotillaUnenforcedKinds"
 
 // unenforcedKindsWarner is a validating admission plugin that adds the warning of
 // unenforced.Kinds to the CREATE and UPDATE of those kinds (remove an entry there when the
-// kind is implemented). It never refuses anything.
+// kind is implemented), and those of unenforced.ServiceSettings to a Service's. It never
+// refuses anything.
 type unenforcedKindsWarner struct {
 	*admission.Handler
 }
@@ -33,6 +35,11 @@ func (w *unenforcedKindsWarner) Validate(ctx context.Context, a admission.Attrib
 	for _, k := range unenforced.Kinds {
 		if a.GetResource().GroupResource() == k.Resource {
 			warning.AddWarning(ctx, "", unenforced.Message(k))
+		}
+	}
+	if svc, ok := a.GetObject().(*corev1.Service); ok {
+		for _, msg := range unenforced.ServiceSettings(svc) {
+			warning.AddWarning(ctx, "", msg)
 		}
 	}
 	return nil

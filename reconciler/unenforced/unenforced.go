@@ -39,3 +39,19 @@ var Kinds = []Kind{
 func Message(k Kind) string {
 	return k.Kind + " is stored but not enforced by flotilla: " + k.Effect
 }
+
+// ServiceSettings lists, one message each, the settings of svc that flotilla stores but does
+// not carry out; the API server answers with them as warnings and the unenforced controller
+// records them as events.
+func ServiceSettings(svc *corev1.Service) []string {
+	var out []string
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		if len(svc.Spec.LoadBalancerSourceRanges) > 0 {
+			out = append(out, "spec.loadBalancerSourceRanges is not carried out by flotilla: every source address reaches the Service's load-balancer addresses")
+		}
+		if _, ok := svc.Annotations[corev1.AnnotationLoadBalancerSourceRangesKey]; ok {
+			out = append(out, "annotation "+corev1.AnnotationLoadBalancerSourceRangesKey+" is not carried out by flotilla: every source address reaches the Service's load-balancer addresses")
+		}
+	}
+	return out
+}

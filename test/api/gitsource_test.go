@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,26 +17,6 @@ import (
 func gitSourceManifest(name, spec string) string {
 	return "apiVersion: flotilla.dev/v1alpha1\nkind: GitSource\nmetadata:\n  name: " + name +
 		"\n  namespace: default\nspec:\n" + spec
-}
-
-// warningRecorder keeps the API warnings a client-go client receives.
-type warningRecorder struct {
-	mu    sync.Mutex
-	texts []string
-}
-
-func (w *warningRecorder) HandleWarningHeader(_ int, _ string, text string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.texts = append(w.texts, text)
-}
-
-func (w *warningRecorder) take() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	t := w.texts
-	w.texts = nil
-	return t
 }
 
 // TestGitSourceValidation checks through kubectl that the API validates and defaults
@@ -113,7 +92,7 @@ func TestGitSourceValidation(t *testing.T) {
 
 	t.Run("a status update is quiet and keeps the spec", func(t *testing.T) {
 		cfg := a.RESTConfig()
-		warnings := &warningRecorder{}
+		warnings := &framework.Warnings{}
 		cfg.WarningHandler = warnings
 		res := dynamic.NewForConfigOrDie(cfg).Resource(schema.GroupVersionResource{Group: "flotilla.dev", Version: "v1alpha1", Resource: "gitsources"}).
 			Namespace("default")
@@ -136,7 +115,7 @@ func TestGitSourceValidation(t *testing.T) {
 		if iv, _, _ := unstructured.NestedString(updated.Object, "spec", "interval"); iv != "1m0s" {
 			t.Errorf("spec.interval after a status update = %q, want the stored 1m0s", iv)
 		}
-		if w := warnings.take(); len(w) != 0 {
+		if w := warnings.Take(); len(w) != 0 {
 			t.Errorf("status update answered warnings %q, want none", w)
 		}
 	})

@@ -47,7 +47,37 @@ func NewController(cctx *controllers.Context) (*Controller, error) {
 		}
 		c.synced = append(c.synced, inf.HasSynced)
 	}
+	// Settings of Services (unenforced.ServiceSettings), through the shared typed informer the
+	// other controllers hold anyway.
+	svcInf := cctx.Informers.Core().V1().Services().Informer()
+	if _, err := svcInf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, isInInitialList bool) {
+			if !isInInitialList {
+				c.recordServiceSettings(obj)
+			}
+		},
+		UpdateFunc: func(old, cur any) {
+			if changed(old, cur) {
+				c.recordServiceSettings(cur)
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("services handler: %w", err)
+	}
+	c.synced = append(c.synced, svcInf.HasSynced)
 	return c, nil
+}
+
+// recordServiceSettings records an event for each setting of the Service obj that is not
+// carried out.
+func (c *Controller) recordServiceSettings(obj any) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return
+	}
+	for _, msg := range unenforced.ServiceSettings(svc) {
+		c.recorder.Event(svc, corev1.EventTypeWarning, Reason, msg)
+	}
 }
 
 // Run waits for the informers and then until ctx ends; workers is unused.

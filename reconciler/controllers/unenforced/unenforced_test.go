@@ -19,15 +19,20 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/flotilla-dev/flotilla/internal/kubeclient"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers"
 	unenforcedcontroller "github.com/flotilla-dev/flotilla/reconciler/controllers/unenforced"
 	"github.com/flotilla-dev/flotilla/reconciler/unenforced"
 	"github.com/flotilla-dev/flotilla/test/controllertest"
+	"github.com/flotilla-dev/flotilla/test/framework"
 )
 
 // csrKind stands for a cluster-scoped kind: none is unenforced since csrsigning signs
@@ -76,6 +81,7 @@ func TestUnenforcedEvents(t *testing.T) {
 	cctx := &controllers.Context{
 		Metadata:          client,
 		MetadataInformers: metadatainformer.NewSharedInformerFactory(client, 0),
+		Informers:         informers.NewSharedInformerFactory(fake.NewClientset(), 0),
 		Recorder:          func(string) record.EventRecorder { return rec },
 	}
 	c, err := unenforcedcontroller.New(cctx)
@@ -86,6 +92,8 @@ func TestUnenforcedEvents(t *testing.T) {
 	defer cancel()
 	cctx.MetadataInformers.Start(ctx.Done())
 	defer cctx.MetadataInformers.Shutdown()
+	cctx.Informers.Start(ctx.Done())
+	defer cctx.Informers.Shutdown()
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, 1) }()
 	for _, k := range unenforced.Kinds {
@@ -157,10 +165,11 @@ func TestUnenforcedEvents(t *testing.T) {
 }
 
 // Against a real agent: a new ResourceQuota gets the NotEnforced event in its namespace, a new
-// CertificateSigningRequest (cluster-scoped) gets it in namespace default.
+// CertificateSigningRequest (cluster-scoped) gets it in namespace default, and a LoadBalancer
+// Service with source ranges gets the API's warning and the event.
 func TestUnenforcedEventsAgent(t *testing.T) {
 	withClusterKind(t)
-	_, client, c := controllertest.StartController(t, unenforcedcontroller.NewController)
+	a, client, c := controllertest.StartController(t, unenforcedcontroller.NewController)
 	controllertest.Eventually(t, 30*time.Second, "informers synced", func() (bool, error) { return c.HasSynced(), nil })
 	ctx := context.Background()
 	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "compute"},
@@ -174,11 +183,29 @@ func TestUnenforcedEventsAgent(t *testing.T) {
 	if _, err := client.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []struct{ kind, name, namespace string }{
-		{"ResourceQuota", "compute", "default"},
-		{"CertificateSigningRequest", "unenforced-csr", ""},
+	// A LoadBalancer Service's source ranges: the API's warning, then the event.
+	warnings := &framework.Warnings{}
+	cfg := rest.CopyConfig(a.RESTConfig())
+	cfg.WarningHandler = warnings
+	wclient, err := kubeclient.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "ranged"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
+		LoadBalancerSourceRanges: []string{"10.0.0.0/8"}, Selector: map[string]string{"app": "x"}, Ports: []corev1.ServicePort{{Port: 80}}}}
+	if _, err := wclient.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rangesMessage := unenforced.ServiceSettings(svc)[0]
+	if got := warnings.Take(); !slices.Contains(got, rangesMessage) {
+		t.Errorf("creating the Service warned %q, want %q", got, rangesMessage)
+	}
+	for _, want := range []struct{ kind, name, namespace, message string }{
+		{"ResourceQuota", "compute", "default", unenforced.Message(kind(t, "ResourceQuota"))},
+		{"CertificateSigningRequest", "unenforced-csr", "", unenforced.Message(kind(t, "CertificateSigningRequest"))},
+		{"Service", "ranged", "default", rangesMessage},
 	} {
-		message := unenforced.Message(kind(t, want.kind))
+		message := want.message
 		controllertest.Eventually(t, 30*time.Second, "NotEnforced event on "+want.kind, func() (bool, error) {
 			list, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
 			if err != nil {
