@@ -31,6 +31,7 @@ func applyKindHooks(s *strategy) {
 			pod := obj.(*corev1.Pod)
 			pod.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: qosClass(pod)}
 			addDefaultTolerations(pod, s.defaultTolerationSeconds)
+			applySchedulingGatedCondition(pod)
 		}
 	case "Namespace":
 		s.prepareCreate = func(ctx context.Context, obj runtime.Object) {
@@ -73,6 +74,23 @@ func applyKindHooks(s *strategy) {
 			}
 		}
 	}
+}
+
+// applySchedulingGatedCondition says why a pod created with scheduling gates waits: the
+// condition PodScheduled=False, reason SchedulingGated (kubectl shows the pod as
+// SchedulingGated), as upstream's pod strategy sets it. The scheduler leaves such a pod alone
+// until its gates are removed, and then replaces the condition when it places it or cannot.
+func applySchedulingGatedCondition(pod *corev1.Pod) {
+	if len(pod.Spec.SchedulingGates) == 0 {
+		return
+	}
+	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{
+		Type:               corev1.PodScheduled,
+		Status:             corev1.ConditionFalse,
+		Reason:             corev1.PodReasonSchedulingGated,
+		Message:            "Scheduling is blocked due to non-empty scheduling gates",
+		LastTransitionTime: metav1.Now(),
+	})
 }
 
 // Annotations of the default StorageClass (upstream DefaultStorageClass admission).

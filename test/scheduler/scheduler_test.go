@@ -359,3 +359,45 @@ func TestAgentSchedules(t *testing.T) {
 		return p.Spec.NodeName == "w1", fmt.Sprintf("node %q", p.Spec.NodeName)
 	})
 }
+
+// TestSchedulingGates: a pod created with scheduling gates says so (PodScheduled=False,
+// SchedulingGated, shown by kubectl) and is left alone while a pod created after it is placed;
+// once its gates are removed it is placed too.
+func TestSchedulingGates(t *testing.T) {
+	a, c := startAgent(t)
+	ctx := context.Background()
+	createNodes(t, c, fakeNode("node-1", 4000, 8192, 110, nil))
+	startScheduler(t, a.RESTConfig(), sched.Options{})
+	gated := testPod("gated", 100, 64, nil)
+	gated.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/quota"}}
+	createPod(t, c, gated)
+	createPod(t, c, testPod("free", 100, 64, nil))
+	bound := func(name string) func() (bool, string) {
+		return func() (bool, string) {
+			p, err := c.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			cond := scheduledCondition(p)
+			return p.Spec.NodeName == "node-1" && cond != nil && cond.Status == corev1.ConditionTrue, fmt.Sprintf("node %q, condition %+v", p.Spec.NodeName, cond)
+		}
+	}
+	waitFor(t, 30*time.Second, "pod free, created after the gated one, bound", bound("free"))
+	p, err := c.CoreV1().Pods("default").Get(ctx, "gated", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cond := scheduledCondition(p)
+	if p.Spec.NodeName != "" || cond == nil || cond.Status != corev1.ConditionFalse || cond.Reason != corev1.PodReasonSchedulingGated ||
+		cond.Message != "Scheduling is blocked due to non-empty scheduling gates" {
+		t.Fatalf("gated pod: node %q, PodScheduled %+v; want unbound, False, SchedulingGated", p.Spec.NodeName, cond)
+	}
+	if out := a.MustKubectl("", "get", "pod", "gated", "--no-headers"); !strings.Contains(out, "SchedulingGated") {
+		t.Errorf("kubectl get pod gated = %q, want STATUS SchedulingGated", out)
+	}
+	p.Spec.SchedulingGates = nil
+	if _, err := c.CoreV1().Pods("default").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("remove the gates: %v", err)
+	}
+	waitFor(t, 30*time.Second, "pod gated bound once its gates are gone", bound("gated"))
+}
