@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/deployment"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/disruption"
@@ -108,6 +109,24 @@ func createPods(t *testing.T, client kubernetes.Interface, ns string, n int, own
 	return out
 }
 
+// updatePDB changes the spec of a PodDisruptionBudget with change, read again when the
+// controller wrote its status in between.
+func updatePDB(t *testing.T, client kubernetes.Interface, ns, name string, change func(*policyv1.PodDisruptionBudget)) {
+	t.Helper()
+	ctx := context.Background()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pdb, err := client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(pdb)
+		_, err = client.PolicyV1().PodDisruptionBudgets(ns).Update(ctx, pdb, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatalf("update PodDisruptionBudget %s/%s: %v", ns, name, err)
+	}
+}
+
 // setReady turns the Ready condition of a pod to status.
 func setReady(t *testing.T, client kubernetes.Interface, ns, name string, status corev1.ConditionStatus) {
 	t.Helper()
@@ -166,15 +185,8 @@ func TestBudgets(t *testing.T) {
 		waitBudget(t, client, ns, "web", budget{3, 2, 3, 1, policyv1.SufficientPodsReason})
 
 		// A spec change is observed (generation 2).
-		pdb, err := client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pdb.Spec.MinAvailable = intOrString("1")
-		if _, err := client.PolicyV1().PodDisruptionBudgets(ns).Update(ctx, pdb, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if pdb = waitBudget(t, client, ns, "web", budget{3, 1, 3, 2, policyv1.SufficientPodsReason}); pdb.Generation != 2 {
+		updatePDB(t, client, ns, "web", func(pdb *policyv1.PodDisruptionBudget) { pdb.Spec.MinAvailable = intOrString("1") })
+		if pdb := waitBudget(t, client, ns, "web", budget{3, 1, 3, 2, policyv1.SufficientPodsReason}); pdb.Generation != 2 {
 			t.Errorf("generation %d after one spec change, want 2", pdb.Generation)
 		}
 	})
@@ -259,15 +271,8 @@ func TestBudgets(t *testing.T) {
 		mustRefuse(t, evict(client, ns, "web-1"), "evict unready web-1 with the budget not met (IfHealthyBudget)")
 
 		// AlwaysAllow: it goes anyway; a ready pod is still protected.
-		pdb, err := client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
 		always := policyv1.AlwaysAllow
-		pdb.Spec.UnhealthyPodEvictionPolicy = &always
-		if _, err := client.PolicyV1().PodDisruptionBudgets(ns).Update(ctx, pdb, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		updatePDB(t, client, ns, "web", func(pdb *policyv1.PodDisruptionBudget) { pdb.Spec.UnhealthyPodEvictionPolicy = &always })
 		waitBudget(t, client, ns, "web", budget{3, 2, 1, 0, policyv1.InsufficientPodsReason})
 		if err := evict(client, ns, "web-1"); err != nil {
 			t.Fatalf("evict unready web-1 with AlwaysAllow: %v", err)
@@ -317,14 +322,9 @@ func TestBudgets(t *testing.T) {
 			}
 		}
 		// Fixing the budget (an integer minAvailable) clears the failure.
-		pdb, err := client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pdb.Spec.MaxUnavailable, pdb.Spec.MinAvailable = nil, intOrString("1")
-		if _, err := client.PolicyV1().PodDisruptionBudgets(ns).Update(ctx, pdb, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		updatePDB(t, client, ns, "web", func(pdb *policyv1.PodDisruptionBudget) {
+			pdb.Spec.MaxUnavailable, pdb.Spec.MinAvailable = nil, intOrString("1")
+		})
 		waitBudget(t, client, ns, "web", budget{3, 1, 2, 1, policyv1.SufficientPodsReason})
 	})
 }
@@ -364,13 +364,17 @@ func TestControllerScale(t *testing.T) {
 			t.Fatalf("evict %s once the replacement is ready: %v", pods[1].Name, err)
 		}
 
-		// Scaling the Deployment moves expectedPods.
-		sc, err := client.AppsV1().Deployments(ns).GetScale(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc.Spec.Replicas = 5
-		if _, err := client.AppsV1().Deployments(ns).UpdateScale(ctx, "web", sc, metav1.UpdateOptions{}); err != nil {
+		// Scaling the Deployment moves expectedPods. The deployment controller writes the
+		// Deployment's status meanwhile: a scale read before that is retried.
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			sc, err := client.AppsV1().Deployments(ns).GetScale(ctx, "web", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			sc.Spec.Replicas = 5
+			_, err = client.AppsV1().Deployments(ns).UpdateScale(ctx, "web", sc, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
 			t.Fatal(err)
 		}
 		waitBudget(t, client, ns, "web", budget{5, 4, 5, 1, policyv1.SufficientPodsReason})
