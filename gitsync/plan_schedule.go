@@ -833,10 +833,10 @@ func (s *simulation) podsOf(u *unstructured.Unstructured, order int) (*simWorklo
 			return w, nil, true
 		}
 		// The claims of generic ephemeral volumes, <pod>-<volume>, as the controller creates them.
-		for _, v := range pod.Spec.Volumes {
-			if v.Ephemeral != nil && v.Ephemeral.VolumeClaimTemplate != nil {
+		for i := range pod.Spec.Volumes {
+			if v := &pod.Spec.Volumes[i]; v.Ephemeral != nil && v.Ephemeral.VolumeClaimTemplate != nil {
 				t := v.Ephemeral.VolumeClaimTemplate
-				s.addClaim(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: pod.Name + "-" + v.Name, Namespace: pod.Namespace,
+				s.addClaim(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: volumebinding.EphemeralClaimName(pod, v), Namespace: pod.Namespace,
 					Labels: t.Labels, Annotations: t.Annotations}, Spec: *t.Spec.DeepCopy()})
 			}
 		}

@@ -42,6 +42,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/reconciler/authz/rbac"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/localvolume/localpv"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumebinding"
 )
 
 const (
@@ -439,7 +440,7 @@ func visitClaims(pod *corev1.Pod, fn func(string) bool) {
 				return
 			}
 		case v.Ephemeral != nil:
-			if !fn(pod.Name + "-" + v.Name) {
+			if !fn(volumebinding.EphemeralClaimName(pod, &v)) {
 				return
 			}
 		}

@@ -9,6 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/volumebinding"
 )
 
 // sync handles the claim or volume of key.
@@ -95,7 +97,7 @@ func UsesClaim(pod *corev1.Pod, claim string) bool {
 		switch {
 		case v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim:
 			return true
-		case v.Ephemeral != nil && pod.Name+"-"+v.Name == claim && !finished:
+		case v.Ephemeral != nil && volumebinding.EphemeralClaimName(pod, &v) == claim && !finished:
 			return true
 		}
 	}
