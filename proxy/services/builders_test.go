@@ -87,3 +87,13 @@ func mkNode(name string, ips ...string) *v1.Node {
 	}
 	return n
 }
+
+// loadBalancer makes the Service a LoadBalancer whose status holds ip (as servicelb writes a
+// host's address there), reachable only from ranges when any are given.
+func loadBalancer(ip string, ranges ...string) svcOpt {
+	return func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeLoadBalancer
+		s.Spec.LoadBalancerSourceRanges = ranges
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: ip}}
+	}
+}

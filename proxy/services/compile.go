@@ -47,6 +47,13 @@ type ServicePort struct {
 	// ExternalIPs are spec.externalIPs and status.loadBalancer.ingress[].ip: traffic to them
 	// follows externalTrafficPolicy, like NodePort traffic.
 	ExternalIPs []netip.Addr
+	// FirewallIPs are the load-balancer addresses (status.loadBalancer.ingress[].ip, also in
+	// ExternalIPs) that only SourceRanges may reach: set when the Service of type LoadBalancer
+	// has spec.loadBalancerSourceRanges or its annotation, empty otherwise.
+	FirewallIPs []netip.Addr
+	// SourceRanges are the IPv4 ranges allowed to reach FirewallIPs; empty with FirewallIPs
+	// set (only IPv6 ranges given) lets no IPv4 source through.
+	SourceRanges []netip.Prefix
 	// Affinity is the ClientIP session-affinity timeout; 0 means no affinity.
 	Affinity      time.Duration
 	InternalLocal bool // internalTrafficPolicy: Local
@@ -310,6 +317,7 @@ func compileService(svc *v1.Service, slices []*discoveryv1.EndpointSlice, nodeNa
 		return nil // IPv4 only for now
 	}
 	ext := externalIPs(svc)
+	fwIPs, ranges := firewall(svc)
 	var aff time.Duration
 	if svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP {
 		aff = DefaultAffinityTimeout
@@ -330,7 +338,7 @@ func compileService(svc *v1.Service, slices []*discoveryv1.EndpointSlice, nodeNa
 		}
 		sp := ServicePort{
 			Namespace: svc.Namespace, Name: svc.Name, PortName: p.Name, Protocol: proto,
-			ClusterIP: cip, Port: uint16(p.Port), ExternalIPs: ext, Affinity: aff,
+			ClusterIP: cip, Port: uint16(p.Port), ExternalIPs: ext, FirewallIPs: fwIPs, SourceRanges: ranges, Affinity: aff,
 			InternalLocal: itpLocal, ExternalLocal: etpLocal,
 			Scheduler: svc.Annotations[AnnotationIPVSScheduler],
 		}
@@ -402,6 +410,63 @@ func externalIPs(svc *v1.Service) []netip.Addr {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
 	return out
+}
+
+// firewall is the load-balancer addresses of svc that only ranges may reach, as kube-proxy
+// reads them: spec.loadBalancerSourceRanges, or else the annotation (comma-separated); nil
+// when neither restricts anything. Only a Service of type LoadBalancer has them; NodePorts,
+// spec.externalIPs and the ClusterIP stay open to every source. The API server has validated
+// the ranges; an entry that does not parse, or an IPv6 one, lets nothing through.
+func firewall(svc *v1.Service) (ips []netip.Addr, ranges []netip.Prefix) {
+	if svc.Spec.Type != v1.ServiceTypeLoadBalancer {
+		return nil, nil
+	}
+	given := svc.Spec.LoadBalancerSourceRanges
+	if len(given) == 0 {
+		if a := strings.TrimSpace(svc.Annotations[v1.AnnotationLoadBalancerSourceRangesKey]); a != "" {
+			given = strings.Split(a, ",")
+		}
+	}
+	for _, g := range given {
+		p, err := netip.ParsePrefix(strings.TrimSpace(g))
+		if err != nil || !p.Addr().Is4() {
+			continue
+		}
+		if p = p.Masked(); p.Bits() == 0 {
+			return nil, nil // 0.0.0.0/0: every source
+		}
+		ranges = append(ranges, p)
+	}
+	// A range inside another adds nothing, and an interval set refuses overlapping elements.
+	ranges = slices.DeleteFunc(slices.Clone(ranges), func(p netip.Prefix) bool {
+		for _, q := range ranges {
+			if q != p && q.Bits() < p.Bits() && q.Contains(p.Addr()) {
+				return true
+			}
+		}
+		return false
+	})
+	if len(given) == 0 {
+		return nil, nil
+	}
+	seen := map[netip.Addr]bool{}
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if ip, err := netip.ParseAddr(in.IP); err == nil && ip.Is4() && !seen[ip] {
+			seen[ip] = true
+			ips = append(ips, ip)
+		}
+	}
+	if len(ips) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(ips, netip.Addr.Compare)
+	slices.SortFunc(ranges, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return ips, slices.Compact(ranges)
 }
 
 // candidate is an endpoint with its conditions, before the ready/terminating selection.

@@ -300,3 +300,39 @@ func TestChooseMode(t *testing.T) {
 		}
 	}
 }
+
+// The load-balancer addresses a Service's source ranges guard, and the ranges, as kube-proxy
+// reads them: the field first, else the annotation; 0.0.0.0/0 or no range guards nothing.
+func TestCompileSourceRanges(t *testing.T) {
+	withAnnotation := func(v string) svcOpt {
+		return func(s *v1.Service) { s.Annotations = map[string]string{v1.AnnotationLoadBalancerSourceRangesKey: v} }
+	}
+	for _, c := range []struct {
+		name   string
+		svc    *v1.Service
+		ips    string
+		ranges string
+	}{
+		{"no ranges", mkSvc("a", "10.96.0.50", 80, loadBalancer("192.0.2.20")), "[]", "[]"},
+		{"field, sorted and masked", mkSvc("a", "10.96.0.50", 80, loadBalancer("192.0.2.20", "198.51.100.7/24", "10.0.0.0/8")),
+			"[192.0.2.20]", "[10.0.0.0/8 198.51.100.0/24]"},
+		{"ranges inside others dropped", mkSvc("a", "10.96.0.50", 80, loadBalancer("192.0.2.20", "10.1.0.0/16", "10.0.0.0/8", "10.1.2.3/32", "10.0.0.0/8")),
+			"[192.0.2.20]", "[10.0.0.0/8]"},
+		{"annotation", mkSvc("a", "10.96.0.50", 80, loadBalancer("192.0.2.20"), withAnnotation(" 10.1.0.0/16, 10.2.0.0/16")),
+			"[192.0.2.20]", "[10.1.0.0/16 10.2.0.0/16]"},
+		{"the field wins over the annotation", mkSvc("a", "10.96.0.50", 80, loadBalancer("192.0.2.20", "10.3.0.0/16"), withAnnotation("10.1.0.0/16")),
+			"[192.0.2.20]", "[10.3.0.0/16]"},
+		{"0.0.0.0/0 lets everyone in", mkSvc("a", "10.96.0.50", 80, loadBalancer("192.0.2.20", "10.3.0.0/16", "0.0.0.0/0")), "[]", "[]"},
+		{"IPv6 ranges only: no IPv4 source", mkSvc("a", "10.96.0.50", 80, loadBalancer("192.0.2.20", "2001:db8::/32")), "[192.0.2.20]", "[]"},
+		{"no load-balancer address yet", mkSvc("a", "10.96.0.50", 80, loadBalancer("", "10.3.0.0/16")), "[]", "[]"},
+		{"not a LoadBalancer", mkSvc("a", "10.96.0.50", 80, nodePort(30080), withAnnotation("10.1.0.0/16")), "[]", "[]"},
+	} {
+		ports := compileService(c.svc, nil, "n1")
+		if len(ports) != 1 {
+			t.Fatalf("%s: %d ports", c.name, len(ports))
+		}
+		if ips, ranges := fmt.Sprint(ports[0].FirewallIPs), fmt.Sprint(ports[0].SourceRanges); ips != c.ips || ranges != c.ranges {
+			t.Errorf("%s: firewall %s ranges %s, want %s %s", c.name, ips, ranges, c.ips, c.ranges)
+		}
+	}
+}

@@ -35,9 +35,13 @@ type VirtualServer struct {
 	// Persistence is the ClientIP affinity timeout (IPVS persistent service); 0 for none.
 	Persistence time.Duration
 	// Masquerade: sources of this frontend must be SNATed (externalTrafficPolicy Cluster).
-	Masquerade  bool
-	RealServers []RealServer
-	Service     string // ServicePort.Key, for logs
+	Masquerade bool
+	// Firewalled: only SourceRanges may reach this frontend (a load-balancer address of a
+	// Service with source ranges); the companion table drops everyone else.
+	Firewalled   bool
+	SourceRanges []netip.Prefix
+	RealServers  []RealServer
+	Service      string // ServicePort.Key, for logs
 }
 
 // RealServer is one IPVS destination.
@@ -209,7 +213,7 @@ func (c *IPVSCompiler) frontend(port string, k vsKey) (VirtualServer, bool) {
 // nftState is the companion table's content for the ports of the last call.
 func (c *IPVSCompiler) nftState(clusterCIDR netip.Prefix) *ipvsNftState {
 	return &ipvsNftState{masq: present(c.idx.masq.n), cluster: present(c.idx.cluster.n), reject: present(c.idx.reject.n),
-		hairpin: present(c.idx.hairpin.n), clusterCIDR: clusterCIDR}
+		firewall: present(c.idx.firewall.n), allow: present(c.idx.allow.n), hairpin: present(c.idx.hairpin.n), clusterCIDR: clusterCIDR}
 }
 
 // ipvsIndex counts what the compiled ports add up to. Counts, because ports share: the
@@ -218,6 +222,8 @@ type ipvsIndex struct {
 	frontends             counted[vsKey]
 	bound                 counted[netip.Addr]
 	masq, cluster, reject counted[vipKey]
+	firewall              counted[vipKey]
+	allow                 counted[fwAllow]
 	hairpin               counted[netip.Addr]
 }
 
@@ -228,6 +234,8 @@ func (x *ipvsIndex) reset(n int) {
 	x.masq.clear(0)
 	x.cluster.clear(n)
 	x.reject.clear(0)
+	x.firewall.clear(0)
+	x.allow.clear(0)
 	x.hairpin.clear(n)
 }
 
@@ -238,6 +246,8 @@ func (x *ipvsIndex) track() {
 	x.masq.track()
 	x.cluster.track()
 	x.reject.track()
+	x.firewall.track()
+	x.allow.track()
 	x.hairpin.track()
 }
 
@@ -257,6 +267,12 @@ func (x *ipvsIndex) port(p *ipvsPort, sign int, serviceCIDR netip.Prefix) {
 			x.masq.add(k, sign)
 		case serviceCIDR.Contains(vs.Address):
 			x.cluster.add(k, sign)
+		}
+		if vs.Firewalled {
+			x.firewall.add(k, sign)
+			for _, r := range vs.SourceRanges {
+				x.allow.add(fwAllow{k, r}, sign)
+			}
 		}
 		for _, r := range vs.RealServers {
 			x.hairpin.add(r.Address, sign)
@@ -280,9 +296,10 @@ func (x *ipvsIndex) conflict(mine map[vsKey]bool) bool {
 
 func (x *ipvsIndex) nftChanges() ipvsNftDelta {
 	var d ipvsNftDelta
-	for i, c := range []*counted[vipKey]{&x.masq, &x.cluster, &x.reject} {
+	for i, c := range []*counted[vipKey]{&x.masq, &x.cluster, &x.reject, &x.firewall} {
 		d.add[i], d.del[i] = c.changes()
 	}
+	d.allowAdd, d.allowDel = x.allow.changes()
 	d.hairpinAdd, d.hairpinDel = x.hairpin.changes()
 	return d
 }
@@ -360,7 +377,11 @@ func ipvsFrontends(sp ServicePort, nodeIPs []netip.Addr) []VirtualServer {
 	}
 	frontends = append(frontends, mk(sp.ClusterIP, sp.Port, internal, false))
 	for _, ip := range sp.ExternalIPs {
-		frontends = append(frontends, mk(ip, sp.Port, external, !sp.ExternalLocal))
+		vs := mk(ip, sp.Port, external, !sp.ExternalLocal)
+		if slices.Contains(sp.FirewallIPs, ip) {
+			vs.Firewalled, vs.SourceRanges = true, sp.SourceRanges
+		}
+		frontends = append(frontends, vs)
 	}
 	if sp.NodePort != 0 {
 		for _, ip := range nodeIPs {

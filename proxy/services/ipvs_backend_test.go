@@ -147,6 +147,8 @@ func TestIPVSServiceAndCompanionTable(t *testing.T) {
 		masq:        map[vipKey]bool{vk("10.213.0.1", 30080): true},
 		cluster:     map[vipKey]bool{vk("10.96.0.50", 80): true, vk("10.96.0.51", 80): true},
 		reject:      map[vipKey]bool{vk("10.96.0.52", 80): true},
+		firewall:    map[vipKey]bool{},
+		allow:       map[fwAllow]bool{},
 		hairpin:     map[netip.Addr]bool{netip.MustParseAddr("10.244.1.2"): true, netip.MustParseAddr("10.244.1.3"): true},
 		clusterCIDR: netip.MustParsePrefix("10.244.0.0/16"),
 	}

@@ -16,36 +16,48 @@ import (
 // The IPVS companion table: IPVS forwards but neither masquerades nor refuses, so a small
 // nftables table marks the connections to masquerade before IPVS sees them (prerouting/output
 // at mangle priority), masquerades them (and hairpin connections) in postrouting, and rejects
-// frontends that have no endpoint at all. Set names below are the table's whole vocabulary.
+// frontends that have no endpoint at all, and drops the sources a load-balancer address's
+// source ranges leave out. Set names below are the table's whole vocabulary.
 const (
-	ipvsSetMasq    = "vips-masquerade" // frontends whose traffic is always masqueraded
-	ipvsSetCluster = "vips-cluster"    // ClusterIP frontends: masquerade sources outside the pod CIDR
-	ipvsSetReject  = "vips-reject"     // frontends without endpoints
-	ipvsSetHairpin = "hairpin"         // real server address pairs (a pod reaching itself)
+	ipvsSetMasq     = "vips-masquerade" // frontends whose traffic is always masqueraded
+	ipvsSetCluster  = "vips-cluster"    // ClusterIP frontends: masquerade sources outside the pod CIDR
+	ipvsSetReject   = "vips-reject"     // frontends without endpoints
+	ipvsSetFirewall = "vips-firewall"   // frontends only their source ranges may reach
+	ipvsSetAllow    = "firewall-allow"  // frontend . source range: who may reach a firewalled frontend
+	ipvsSetHairpin  = "hairpin"         // real server address pairs (a pod reaching itself)
 )
+
+// fwAllow is an element of the allow set: src may reach the firewalled frontend vip.
+type fwAllow struct {
+	vip vipKey
+	src netip.Prefix
+}
 
 // ipvsNftState is the content of the companion table.
 type ipvsNftState struct {
 	masq, cluster, reject map[vipKey]bool
+	firewall              map[vipKey]bool
+	allow                 map[fwAllow]bool
 	hairpin               map[netip.Addr]bool
 	clusterCIDR           netip.Prefix
 }
 
 // ipvsNftDelta is a change of the companion table's sets.
 type ipvsNftDelta struct {
-	add, del               [3][]vipKey // by ipvsVIPSets
+	add, del               [4][]vipKey // by ipvsVIPSets
+	allowAdd, allowDel     []fwAllow
 	hairpinAdd, hairpinDel []netip.Addr
 }
 
 // ipvsVIPSets are the companion table's frontend sets, in ipvsNftDelta's order.
-var ipvsVIPSets = [3]string{ipvsSetMasq, ipvsSetCluster, ipvsSetReject}
+var ipvsVIPSets = [4]string{ipvsSetMasq, ipvsSetCluster, ipvsSetReject, ipvsSetFirewall}
 
-func (s *ipvsNftState) vipSets() [3]map[vipKey]bool {
-	return [3]map[vipKey]bool{s.masq, s.cluster, s.reject}
+func (s *ipvsNftState) vipSets() [4]map[vipKey]bool {
+	return [4]map[vipKey]bool{s.masq, s.cluster, s.reject, s.firewall}
 }
 
 func (d *ipvsNftDelta) empty() bool {
-	n := len(d.hairpinAdd) + len(d.hairpinDel)
+	n := len(d.hairpinAdd) + len(d.hairpinDel) + len(d.allowAdd) + len(d.allowDel)
 	for i := range d.add {
 		n += len(d.add[i]) + len(d.del[i])
 	}
@@ -63,6 +75,11 @@ func diffNft(prev, s *ipvsNftState) ipvsNftDelta {
 			d.add[i] = append(d.add[i], k)
 		}
 	}
+	var allow map[fwAllow]bool
+	d.allowDel, allow = diffMap(prev.allow, s.allow)
+	for k := range allow {
+		d.allowAdd = append(d.allowAdd, k)
+	}
 	var add map[netip.Addr]bool
 	d.hairpinDel, add = diffMap(prev.hairpin, s.hairpin)
 	d.hairpinAdd = sortedAddrs(add)
@@ -78,6 +95,12 @@ func (s *ipvsNftState) apply(d ipvsNftDelta) {
 		for _, k := range d.add[i] {
 			m[k] = true
 		}
+	}
+	for _, k := range d.allowDel {
+		delete(s.allow, k)
+	}
+	for _, k := range d.allowAdd {
+		s.allow[k] = true
 	}
 	for _, a := range d.hairpinDel {
 		delete(s.hairpin, a)
@@ -145,6 +168,8 @@ func (b *IPVS) sendNft(d ipvsNftDelta) error {
 		bt.Elems(name, vipElems(d.del[i], nil), true)
 		bt.Elems(name, vipElems(d.add[i], nil), false)
 	}
+	bt.Elems(ipvsSetAllow, allowElems(d.allowDel), true)
+	bt.Elems(ipvsSetAllow, allowElems(d.allowAdd), false)
 	bt.Elems(ipvsSetHairpin, addrElems(d.hairpinDel, true), true)
 	bt.Elems(ipvsSetHairpin, addrElems(d.hairpinAdd, true), false)
 	return bt.Flush()
@@ -175,17 +200,24 @@ func (b *IPVS) replaceNft(s *ipvsNftState) error {
 	c.DelTable(tbl)
 	c.AddTable(tbl)
 	sets := map[string]*nftables.Set{}
+	allow := make([]fwAllow, 0, len(s.allow))
+	for k := range s.allow {
+		allow = append(allow, k)
+	}
 	for _, d := range []struct {
-		name string
-		typ  nftables.SetDatatype
-		els  []nftables.SetElement
+		name     string
+		typ      nftables.SetDatatype
+		els      []nftables.SetElement
+		interval bool
 	}{
-		{ipvsSetMasq, vipType, vipSetElems(s.masq)},
-		{ipvsSetCluster, vipType, vipSetElems(s.cluster)},
-		{ipvsSetReject, vipType, vipSetElems(s.reject)},
-		{ipvsSetHairpin, pairType, addrElems(sortedAddrs(s.hairpin), true)},
+		{ipvsSetMasq, vipType, vipSetElems(s.masq), false},
+		{ipvsSetCluster, vipType, vipSetElems(s.cluster), false},
+		{ipvsSetReject, vipType, vipSetElems(s.reject), false},
+		{ipvsSetFirewall, vipType, vipSetElems(s.firewall), false},
+		{ipvsSetAllow, allowType, allowElems(allow), true},
+		{ipvsSetHairpin, pairType, addrElems(sortedAddrs(s.hairpin), true), false},
 	} {
-		set := &nftables.Set{Table: tbl, Name: d.name, KeyType: d.typ, Concatenation: true}
+		set := &nftables.Set{Table: tbl, Name: d.name, KeyType: d.typ, Concatenation: true, Interval: d.interval}
 		if err := c.AddSet(set, nil); err != nil {
 			return fmt.Errorf("set %s: %w", d.name, err)
 		}
@@ -201,7 +233,14 @@ func (b *IPVS) replaceNft(s *ipvsNftState) error {
 		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(^uint32(masqMark)), Xor: native32(masqMark)},
 		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1},
 	}
+	// A firewalled frontend's first rule, before IPVS sees the packet: a source outside its
+	// ranges is dropped (ip daddr . meta l4proto . th dport . ip saddr != @firewall-allow).
+	al := sets[ipvsSetAllow]
+	firewallRule := cat(lookupVIP(sets[ipvsSetFirewall], false), []expr.Any{loadSaddr(reg34),
+		&expr.Lookup{SourceRegister: reg1, SetName: al.Name, SetID: al.ID, Invert: true},
+		&expr.Verdict{Kind: expr.VerdictDrop}})
 	markRules := [][]expr.Any{
+		firewallRule,
 		cat(lookupVIP(sets[ipvsSetMasq], false), setMark),
 		cat(saddrIn(s.clusterCIDR, true), lookupVIP(sets[ipvsSetCluster], false), setMark),
 	}
@@ -247,6 +286,25 @@ func (b *IPVS) deleteNft() error {
 		return fmt.Errorf("delete nftables table ip %s: %w", b.opts.Table, err)
 	}
 	return nil
+}
+
+// allowType is ip daddr . meta l4proto . th dport . ip saddr, an interval in its last field.
+var allowType = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeIPAddr)
+
+// allowElems are the allow set's elements: the frontend, then the source range from its first
+// address (key) to its last (key end).
+func allowElems(keys []fwAllow) []nftables.SetElement {
+	out := make([]nftables.SetElement, 0, len(keys))
+	for _, k := range keys {
+		first := k.src.Masked().Addr().As4()
+		last := first
+		for i := k.src.Bits(); i < 32; i++ {
+			last[i/8] |= 0x80 >> (i % 8)
+		}
+		v := vipBytes(k.vip)
+		out = append(out, nftables.SetElement{Key: append(slices.Clip(v), first[:]...), KeyEnd: append(slices.Clip(v), last[:]...)})
+	}
+	return out
 }
 
 func sortedAddrs[V any](m map[netip.Addr]V) []netip.Addr {

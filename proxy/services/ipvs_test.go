@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -203,6 +204,60 @@ func TestIPVSCompanionTableUpdates(t *testing.T) {
 		map[string][]string{ipvsSetCluster: {"10.96.0.1 . tcp . 80"}, ipvsSetReject: {"192.0.2.1 . tcp . 80"}}, nil)
 }
 
+// TestIPVSCompanionFirewall: the companion table drops, before IPVS would see them, the
+// connections to a load-balancer address from sources outside its Service's source ranges
+// (nftables only, no ip_vs needed: a plain listener on the host's address stands in for the
+// virtual server). The ranges change in place, element by element, and go away.
+func TestIPVSCompanionFirewall(t *testing.T) {
+	tp := setupTopo(t)
+	serve(t, tp.host, hostIP+":80", "h")
+	b := NewIPVS(IPVSOptions{NetNS: "/run/netns/" + tp.host, Table: "flotilla-ipvs"})
+	t.Cleanup(func() { _ = b.deleteNft() })
+	apply := func(ranges ...string) {
+		t.Helper()
+		vs := VirtualServer{Address: netip.MustParseAddr(hostIP), Protocol: v1.ProtocolTCP, Port: 80, Masquerade: true,
+			RealServers: []RealServer{{Address: netip.MustParseAddr(podAIP), Port: 8080, Weight: 1}}}
+		if ranges != nil {
+			vs.Firewalled = true
+			for _, r := range ranges {
+				vs.SourceRanges = append(vs.SourceRanges, netip.MustParsePrefix(r))
+			}
+		}
+		if err := b.applyNft(renderIPVSNft(IPVSState{VirtualServers: []VirtualServer{vs}}, netip.MustParsePrefix("10.96.0.0/12"), testPodCIDR)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reaches := func(ns, who string) {
+		t.Helper()
+		if got, err := dial(t, ns, hostIP+":80", 2*time.Second); err != nil || got != "h "+who {
+			t.Fatalf("%s: got %q, %v; want \"h %s\"\n%s", ns, got, err, who, inNS(t, tp.host, "nft", "list", "table", "ip", "flotilla-ipvs"))
+		}
+	}
+	dropped := func(ns string) {
+		t.Helper()
+		if got, err := dial(t, ns, hostIP+":80", 700*time.Millisecond); err == nil {
+			t.Fatalf("%s, outside the source ranges, got %q", ns, got)
+		} else if strings.Contains(err.Error(), "refused") {
+			t.Fatalf("%s: %v, want the connection dropped", ns, err)
+		}
+	}
+	apply(clientIP + "/32")
+	reaches(tp.client, clientIP)
+	dropped(tp.podB)
+	if out := inNS(t, tp.host, "nft", "list", "set", "ip", "flotilla-ipvs", ipvsSetAllow); !strings.Contains(out, hostIP+" . tcp . 80 . "+clientIP) {
+		t.Fatalf("allow set:\n%s", out)
+	}
+	apply("10.244.0.0/16", "198.51.100.0/24")
+	reaches(tp.podB, podBIP)
+	dropped(tp.client)
+	if out := inNS(t, tp.host, "nft", "list", "set", "ip", "flotilla-ipvs", ipvsSetAllow); !strings.Contains(out, hostIP+" . tcp . 80 . 10.244.0.0/16") {
+		t.Fatalf("allow set after the change:\n%s", out)
+	}
+	apply()
+	reaches(tp.client, clientIP)
+	reaches(tp.podB, podBIP)
+}
+
 // renderIPVSNft is the companion table for st computed from scratch, what IPVSCompiler's
 // counts must add up to; sources outside clusterCIDR are
 // masqueraded towards ClusterIPs. ClusterIP frontends are the unmasqueraded
@@ -215,7 +270,15 @@ func renderIPVSNft(st IPVSState, serviceCIDR, clusterCIDR netip.Prefix) *ipvsNft
 		rs += len(vs.RealServers)
 	}
 	s := &ipvsNftState{masq: map[vipKey]bool{}, cluster: make(map[vipKey]bool, len(st.VirtualServers)), reject: map[vipKey]bool{},
-		hairpin: make(map[netip.Addr]bool, rs), clusterCIDR: clusterCIDR}
+		firewall: map[vipKey]bool{}, allow: map[fwAllow]bool{}, hairpin: make(map[netip.Addr]bool, rs), clusterCIDR: clusterCIDR}
+	firewall := func(vs VirtualServer, k vipKey) {
+		if vs.Firewalled {
+			s.firewall[k] = true
+			for _, r := range vs.SourceRanges {
+				s.allow[fwAllow{k, r}] = true
+			}
+		}
+	}
 	for _, vs := range st.VirtualServers {
 		k := vipKey{ip: vs.Address, proto: protoNum(vs.Protocol), port: vs.Port}
 		switch {
@@ -224,12 +287,15 @@ func renderIPVSNft(st IPVSState, serviceCIDR, clusterCIDR netip.Prefix) *ipvsNft
 		case serviceCIDR.Contains(vs.Address):
 			s.cluster[k] = true
 		}
+		firewall(vs, k)
 		for _, r := range vs.RealServers {
 			s.hairpin[r.Address] = true
 		}
 	}
 	for _, vs := range st.Reject {
-		s.reject[vipKey{ip: vs.Address, proto: protoNum(vs.Protocol), port: vs.Port}] = true
+		k := vipKey{ip: vs.Address, proto: protoNum(vs.Protocol), port: vs.Port}
+		s.reject[k] = true
+		firewall(vs, k)
 	}
 	return s
 }
@@ -263,6 +329,10 @@ func TestIPVSCompileChanged(t *testing.T) {
 		}
 		if rng.IntN(5) == 0 {
 			opts = append(opts, affinity(60))
+		}
+		if rng.IntN(4) == 0 { // a load-balancer address, now and then shared, with or without source ranges
+			ranges := [][]string{nil, {"203.0.113.0/24"}, {"203.0.113.0/24", "10.244.0.0/16"}}[rng.IntN(3)]
+			opts = append(opts, nodePort(int32(31000+i)), loadBalancer(fmt.Sprintf("192.0.2.%d", rng.IntN(60)+1), ranges...))
 		}
 		svc := mkSvc(name, fmt.Sprintf("10.96.0.%d", i+1), 80, opts...)
 		if rng.IntN(4) == 0 { // a second port on the same ClusterIP
@@ -310,7 +380,7 @@ func TestIPVSCompileChanged(t *testing.T) {
 	}
 	kernel, bound := model(ic.Compile(ds))
 	nft := ic.nftState(clusterCIDR)
-	incremental := 0
+	incremental, firewalled := 0, 0
 	for step := range 300 {
 		prev := ds
 		for range rng.IntN(3) + 1 {
@@ -339,6 +409,9 @@ func TestIPVSCompileChanged(t *testing.T) {
 			continue
 		}
 		incremental++
+		if len(wantNft.allow) > 0 {
+			firewalled++
+		}
 		for _, vs := range ch.Remove {
 			delete(kernel, keyOf(vs))
 		}
@@ -366,7 +439,10 @@ func TestIPVSCompileChanged(t *testing.T) {
 			t.Fatalf("step %d: companion table from the counts\n got %+v\nwant %+v", step, got, wantNft)
 		}
 	}
-	t.Logf("%d changes incremental, %d refused for a shared virtual server", incremental, 300-incremental)
+	t.Logf("%d changes incremental, %d refused for a shared virtual server; %d with source ranges", incremental, 300-incremental, firewalled)
+	if firewalled == 0 {
+		t.Fatal("no step had a load-balancer address with source ranges")
+	}
 	if incremental < 200 || incremental == 300 {
 		t.Fatalf("%d of 300 changes were applied incrementally: want most, and a few shared virtual servers refused", incremental)
 	}

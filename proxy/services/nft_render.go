@@ -5,6 +5,7 @@ import (
 	"encoding/base32"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -508,8 +509,23 @@ func renderPort(sp ServicePort, podCIDR netip.Prefix) *fragment {
 		}
 		f.chains = append(f.chains, namedChain{ext, rules})
 	}
+	var fw string
+	if len(sp.FirewallIPs) > 0 {
+		// The load-balancer addresses answer only the source ranges, as kube-proxy's firewall:
+		// everyone else's first packet is dropped (a NodePort of the same Service stays open).
+		fw = nftName("fw", h, readable)
+		rules := make([]rule, 0, len(sp.SourceRanges)+1)
+		for _, r := range sp.SourceRanges {
+			rules = append(rules, rule{kind: rGotoIfFrom, cidr: r, chain: ext})
+		}
+		f.chains = append(f.chains, namedChain{fw, append(rules, rule{kind: rDrop})})
+	}
 	for _, ip := range sp.ExternalIPs {
-		f.serviceIPs = append(f.serviceIPs, vipEntry{vipKey{ip, proto, sp.Port}, ext})
+		target := ext
+		if fw != "" && slices.Contains(sp.FirewallIPs, ip) {
+			target = fw
+		}
+		f.serviceIPs = append(f.serviceIPs, vipEntry{vipKey{ip, proto, sp.Port}, target})
 	}
 	if sp.NodePort != 0 {
 		f.nodePorts = append(f.nodePorts, portEntry{portKey{proto, sp.NodePort}, ext})

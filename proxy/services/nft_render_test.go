@@ -101,6 +101,20 @@ func TestRender(t *testing.T) {
 			flat:     map[string][]string{"10.96.0.50/6/80": {"10.244.1.2:8080", "10.244.2.2:8080"}},
 		},
 		{
+			name:   "LoadBalancer with source ranges: its address answers only them, the NodePort everyone",
+			svc:    mkSvc("web", "10.96.0.50", 80, nodePort(30080), loadBalancer("192.0.2.20", "198.51.100.0/24", "10.244.0.0/16")),
+			eps:    []ep{remote},
+			chains: []string{"ext", "fw"},
+			rules: map[string][]string{
+				"fw-":  {"ip saddr 10.244.0.0/16 goto ext-", "ip saddr 198.51.100.0/24 goto ext-", "drop"},
+				"ext-": {"jump mark-for-masquerade", "meta l4proto 6 dnat to 10.244.2.2:8080"},
+			},
+			serviceIP: map[string]string{"192.0.2.20/6/80": "fw-"},
+			flat:      map[string][]string{"10.96.0.50/6/80": {"10.244.2.2:8080"}},
+			nodePort:  map[string]string{"6/30080": "ext-"},
+			hairpin:   []string{"10.244.2.2"},
+		},
+		{
 			name:  "externalTrafficPolicy Local without local endpoints: outside traffic dropped",
 			svc:   mkSvc("web", "10.96.0.50", 80, nodePort(30080), etpLocal),
 			eps:   []ep{remote},

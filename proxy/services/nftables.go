@@ -312,6 +312,7 @@ func sameServicePort(a, b ServicePort) bool {
 		a.Protocol == b.Protocol && a.ClusterIP == b.ClusterIP && a.Port == b.Port && a.NodePort == b.NodePort &&
 		a.Affinity == b.Affinity && a.InternalLocal == b.InternalLocal && a.ExternalLocal == b.ExternalLocal &&
 		a.Scheduler == b.Scheduler && slices.Equal(a.ExternalIPs, b.ExternalIPs) &&
+		slices.Equal(a.FirewallIPs, b.FirewallIPs) && slices.Equal(a.SourceRanges, b.SourceRanges) &&
 		slices.Equal(a.ClusterEndpoints, b.ClusterEndpoints) && slices.Equal(a.LocalEndpoints, b.LocalEndpoints)
 }
 

@@ -77,6 +77,27 @@ func TestNftablesDataplane(t *testing.T) {
 		want(t, tp.host, "10.96.0.50:80", "a 10.244.1.1")
 	})
 
+	t.Run("LoadBalancer source ranges: the address answers only them, the NodePort everyone", func(t *testing.T) {
+		// As servicelb writes it: the host's own address is the load-balancer address.
+		apply(t, []*v1.Service{mkSvc("web", "10.96.0.50", 80, nodePort(30080), loadBalancer(hostIP, clientIP+"/32"))}, oneA)
+		want(t, tp.client, hostIP+":80", "a 10.244.1.1")
+		if got, err := dial(t, tp.podB, hostIP+":80", 700*time.Millisecond); err == nil {
+			t.Fatalf("a pod outside the source ranges got %q from the load-balancer address", got)
+		}
+		want(t, tp.podB, hostIP+":30080", "a 10.244.1.1") // policy Cluster: masqueraded
+		want(t, tp.podB, "10.96.0.50:80", "a "+podBIP)
+		// Changed in place: now the pods may, the outside client may not.
+		apply(t, []*v1.Service{mkSvc("web", "10.96.0.50", 80, nodePort(30080), loadBalancer(hostIP, "10.244.0.0/16"))}, oneA)
+		want(t, tp.podB, hostIP+":80", "a 10.244.1.1")
+		if got, err := dial(t, tp.client, hostIP+":80", 700*time.Millisecond); err == nil {
+			t.Fatalf("a client outside the source ranges got %q from the load-balancer address", got)
+		}
+		want(t, tp.client, hostIP+":30080", "a 10.244.1.1")
+		// Without ranges, everyone again.
+		apply(t, []*v1.Service{mkSvc("web", "10.96.0.50", 80, nodePort(30080), loadBalancer(hostIP))}, oneA)
+		want(t, tp.client, hostIP+":80", "a 10.244.1.1")
+	})
+
 	t.Run("NodePort, externalTrafficPolicy Local: client address preserved", func(t *testing.T) {
 		apply(t, []*v1.Service{mkSvc("web", "10.96.0.50", 80, nodePort(30080), etpLocal)}, oneA)
 		want(t, tp.client, hostIP+":30080", "a "+clientIP)

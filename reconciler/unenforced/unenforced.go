@@ -45,13 +45,8 @@ func Message(k Kind) string {
 // records them as events.
 func ServiceSettings(svc *corev1.Service) []string {
 	var out []string
-	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
-		if len(svc.Spec.LoadBalancerSourceRanges) > 0 {
-			out = append(out, "spec.loadBalancerSourceRanges is not carried out by flotilla: every source address reaches the Service's load-balancer addresses")
-		}
-		if _, ok := svc.Annotations[corev1.AnnotationLoadBalancerSourceRangesKey]; ok {
-			out = append(out, "annotation "+corev1.AnnotationLoadBalancerSourceRangesKey+" is not carried out by flotilla: every source address reaches the Service's load-balancer addresses")
-		}
+	if d := svc.Spec.TrafficDistribution; d != nil {
+		out = append(out, "spec.trafficDistribution: "+*d+" is not carried out by flotilla: every host picks among all the Service's endpoints, wherever they run")
 	}
 	return out
 }

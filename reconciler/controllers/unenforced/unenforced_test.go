@@ -165,8 +165,8 @@ func TestUnenforcedEvents(t *testing.T) {
 }
 
 // Against a real agent: a new ResourceQuota gets the NotEnforced event in its namespace, a new
-// CertificateSigningRequest (cluster-scoped) gets it in namespace default, and a LoadBalancer
-// Service with source ranges gets the API's warning and the event.
+// CertificateSigningRequest (cluster-scoped) gets it in namespace default, and a
+// Service with trafficDistribution gets the API's warning and the event.
 func TestUnenforcedEventsAgent(t *testing.T) {
 	withClusterKind(t)
 	a, client, c := controllertest.StartController(t, unenforcedcontroller.NewController)
@@ -183,7 +183,7 @@ func TestUnenforcedEventsAgent(t *testing.T) {
 	if _, err := client.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// A LoadBalancer Service's source ranges: the API's warning, then the event.
+	// A Service's trafficDistribution: the API's warning, then the event.
 	warnings := &framework.Warnings{}
 	cfg := rest.CopyConfig(a.RESTConfig())
 	cfg.WarningHandler = warnings
@@ -191,19 +191,20 @@ func TestUnenforcedEventsAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "ranged"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
-		LoadBalancerSourceRanges: []string{"10.0.0.0/8"}, Selector: map[string]string{"app": "x"}, Ports: []corev1.ServicePort{{Port: 80}}}}
+	preferClose := corev1.ServiceTrafficDistributionPreferClose
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "preferclose"}, Spec: corev1.ServiceSpec{TrafficDistribution: &preferClose,
+		Selector: map[string]string{"app": "x"}, Ports: []corev1.ServicePort{{Port: 80}}}}
 	if _, err := wclient.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rangesMessage := unenforced.ServiceSettings(svc)[0]
-	if got := warnings.Take(); !slices.Contains(got, rangesMessage) {
-		t.Errorf("creating the Service warned %q, want %q", got, rangesMessage)
+	distMessage := unenforced.ServiceSettings(svc)[0]
+	if got := warnings.Take(); !slices.Contains(got, distMessage) {
+		t.Errorf("creating the Service warned %q, want %q", got, distMessage)
 	}
 	for _, want := range []struct{ kind, name, namespace, message string }{
 		{"ResourceQuota", "compute", "default", unenforced.Message(kind(t, "ResourceQuota"))},
 		{"CertificateSigningRequest", "unenforced-csr", "", unenforced.Message(kind(t, "CertificateSigningRequest"))},
-		{"Service", "ranged", "default", rangesMessage},
+		{"Service", "preferclose", "default", distMessage},
 	} {
 		message := want.message
 		controllertest.Eventually(t, 30*time.Second, "NotEnforced event on "+want.kind, func() (bool, error) {
