@@ -93,6 +93,7 @@ func Compile(services []*v1.Service, slices []*discoveryv1.EndpointSlice, node *
 // sorting every Service again. The zero value is ready; it is not safe for concurrent use.
 type Compiler struct {
 	nodeName string
+	nodeZone string // its topology.kubernetes.io/zone label: which endpoints trafficDistribution prefers
 	cache    map[nsName]*compiled
 	order    []portRef // ds.Services of the previous call
 	gen      uint64
@@ -120,13 +121,16 @@ type portRef struct {
 // Compile is the package's Compile, reusing what the previous call compiled.
 func (c *Compiler) Compile(services []*v1.Service, slices []*discoveryv1.EndpointSlice, node *v1.Node) DesiredState {
 	ds := DesiredState{}
+	zone := ""
 	if node != nil {
 		ds.NodeName = node.Name
 		ds.NodeIPs = nodeIPs(node)
+		zone = node.Labels[v1.LabelTopologyZone]
 	}
-	if c.cache == nil || c.nodeName != ds.NodeName {
-		// Which endpoints are local depends on the node's name.
-		c.cache, c.order, c.nodeName = map[nsName]*compiled{}, nil, ds.NodeName
+	if c.cache == nil || c.nodeName != ds.NodeName || c.nodeZone != zone {
+		// Which endpoints are local, or preferred by trafficDistribution, depends on the
+		// node's name and zone.
+		c.cache, c.order, c.nodeName, c.nodeZone = map[nsName]*compiled{}, nil, ds.NodeName, zone
 	}
 	c.gen++
 	bySvc := make(map[nsName][]*discoveryv1.EndpointSlice, len(slices))
@@ -152,7 +156,7 @@ func (c *Compiler) Compile(services []*v1.Service, slices []*discoveryv1.Endpoin
 		sl := bySvc[k]
 		e := c.cache[k]
 		if e == nil || e.svc != svc || !sameSlices(e.slices, sl) {
-			ports := compileService(svc, sl, ds.NodeName)
+			ports := compileService(svc, sl, ds.NodeName, zone)
 			if e == nil || !sameKeys(e.ports, ports) {
 				reordered = true
 			}
@@ -210,7 +214,7 @@ func (c *Compiler) Compile(services []*v1.Service, slices []*discoveryv1.Endpoin
 //
 // ds.Services is the Compiler's own slice, updated in place by the next call: use it before.
 func (c *Compiler) compileChanged(changed map[nsName]bool, get func(nsName) (*v1.Service, []*discoveryv1.EndpointSlice), node *v1.Node) (ds DesiredState, keys []string, ok bool) {
-	if c.cache == nil || node == nil || node.Name != c.nodeName {
+	if c.cache == nil || node == nil || node.Name != c.nodeName || node.Labels[v1.LabelTopologyZone] != c.nodeZone {
 		return ds, nil, false
 	}
 	ds.NodeName, ds.NodeIPs = node.Name, nodeIPs(node)
@@ -228,7 +232,7 @@ func (c *Compiler) compileChanged(changed map[nsName]bool, get func(nsName) (*v1
 		}
 		var ports []ServicePort
 		if svc != nil {
-			ports = compileService(svc, sl, c.nodeName)
+			ports = compileService(svc, sl, c.nodeName, c.nodeZone)
 		}
 		var old []ServicePort
 		if e != nil {
@@ -308,7 +312,7 @@ func sameKeys(a, b []ServicePort) bool {
 }
 
 // compileService compiles the ports of one Service from its EndpointSlices.
-func compileService(svc *v1.Service, slices []*discoveryv1.EndpointSlice, nodeName string) []ServicePort {
+func compileService(svc *v1.Service, slices []*discoveryv1.EndpointSlice, nodeName, zone string) []ServicePort {
 	if !proxied(svc) {
 		return nil
 	}
@@ -351,7 +355,7 @@ func compileService(svc *v1.Service, slices []*discoveryv1.EndpointSlice, nodeNa
 			sp.NodePort = uint16(p.NodePort)
 		}
 		all := endpointsFor(slices, p.Name, proto)
-		sp.ClusterEndpoints = usable(all, "")
+		sp.ClusterEndpoints = clusterEndpoints(all, nodeName, zone)
 		if nodeName != "" {
 			sp.LocalEndpoints = usable(all, nodeName)
 		}
@@ -469,10 +473,21 @@ func firewall(svc *v1.Service) (ips []netip.Addr, ranges []netip.Prefix) {
 	return ips, slices.Compact(ranges)
 }
 
-// candidate is an endpoint with its conditions, before the ready/terminating selection.
+// candidate is an endpoint with its conditions and topology hints, before the
+// ready/terminating selection.
 type candidate struct {
 	Endpoint
 	ready, serving bool
+	hints          *discoveryv1.EndpointHints
+}
+
+func (c candidate) hintedFor(nodeName, zone string) (forNode, forZone, nodeHints, zoneHints bool) {
+	if c.hints == nil {
+		return false, false, false, false
+	}
+	forNode = slices.ContainsFunc(c.hints.ForNodes, func(n discoveryv1.ForNode) bool { return n.Name == nodeName })
+	forZone = zone != "" && slices.ContainsFunc(c.hints.ForZones, func(z discoveryv1.ForZone) bool { return z.Name == zone })
+	return forNode, forZone, len(c.hints.ForNodes) > 0, len(c.hints.ForZones) > 0
 }
 
 // endpointsFor collects the endpoints of the slices for one Service port, deduplicated by
@@ -519,7 +534,7 @@ func endpointsFor(slices []*discoveryv1.EndpointSlice, portName string, proto v1
 			if e.NodeName != nil {
 				node = *e.NodeName
 			}
-			c := candidate{Endpoint: Endpoint{IP: ip, Port: uint16(port), NodeName: node, Terminating: term}, ready: ready, serving: serving}
+			c := candidate{Endpoint: Endpoint{IP: ip, Port: uint16(port), NodeName: node, Terminating: term}, ready: ready, serving: serving, hints: e.Hints}
 			key := netip.AddrPortFrom(ip, uint16(port))
 			if i, ok := idx[key]; ok {
 				old := out[i]
@@ -538,6 +553,40 @@ func endpointsFor(slices []*discoveryv1.EndpointSlice, portName string, proto v1
 		}
 		return out[i].Port < out[j].Port
 	})
+	return out
+}
+
+// clusterEndpoints are the endpoints for cluster-wide traffic from host nodeName in zone, with
+// the topology hints of the EndpointSlices (spec.trafficDistribution), as kube-proxy reads
+// them: when every ready endpoint has node hints and one is hinted for this host, those
+// hinted for it; else when every ready endpoint has zone hints and one is for this zone,
+// those hinted for the zone; else every ready one. Without ready endpoints, the serving and
+// terminating ones, whatever their hints.
+func clusterEndpoints(all []candidate, nodeName, zone string) []Endpoint {
+	allNode, allZone, anyNode, anyZone := true, true, false, false
+	for _, c := range all {
+		if !c.ready {
+			continue
+		}
+		forNode, forZone, nodeHints, zoneHints := c.hintedFor(nodeName, zone)
+		allNode, allZone = allNode && nodeHints, allZone && zoneHints
+		anyNode, anyZone = anyNode || forNode, anyZone || forZone
+	}
+	var keep func(candidate) bool
+	switch {
+	case allNode && anyNode && nodeName != "":
+		keep = func(c candidate) bool { forNode, _, _, _ := c.hintedFor(nodeName, zone); return forNode }
+	case allZone && anyZone:
+		keep = func(c candidate) bool { _, forZone, _, _ := c.hintedFor(nodeName, zone); return forZone }
+	default:
+		return usable(all, "")
+	}
+	var out []Endpoint
+	for _, c := range all {
+		if c.ready && keep(c) {
+			out = append(out, c.Endpoint)
+		}
+	}
 	return out
 }
 

@@ -327,12 +327,79 @@ func TestCompileSourceRanges(t *testing.T) {
 		{"no load-balancer address yet", mkSvc("a", "10.96.0.50", 80, loadBalancer("", "10.3.0.0/16")), "[]", "[]"},
 		{"not a LoadBalancer", mkSvc("a", "10.96.0.50", 80, nodePort(30080), withAnnotation("10.1.0.0/16")), "[]", "[]"},
 	} {
-		ports := compileService(c.svc, nil, "n1")
+		ports := compileService(c.svc, nil, "n1", "")
 		if len(ports) != 1 {
 			t.Fatalf("%s: %d ports", c.name, len(ports))
 		}
 		if ips, ranges := fmt.Sprint(ports[0].FirewallIPs), fmt.Sprint(ports[0].SourceRanges); ips != c.ips || ranges != c.ranges {
 			t.Errorf("%s: firewall %s ranges %s, want %s %s", c.name, ips, ranges, c.ips, c.ranges)
 		}
+	}
+}
+
+// trafficDistribution, through the EndpointSlices' hints: a host sends cluster-wide traffic to
+// the endpoints hinted for its node, else for its zone, when every ready endpoint has such
+// hints and one is for it; otherwise to all, as kube-proxy.
+func TestCompileTrafficDistribution(t *testing.T) {
+	node := mkNode("n1", "10.213.0.1")
+	node.Labels = map[string]string{v1.LabelTopologyZone: "z1"}
+	type hinted struct {
+		ip, node     string
+		nodes, zones []string
+		notReady     bool
+	}
+	slice := func(eps ...hinted) *discoveryv1.EndpointSlice {
+		var es []ep
+		for _, e := range eps {
+			es = append(es, ep{ip: e.ip, node: e.node, ready: !e.notReady, serving: true, terminating: e.notReady})
+		}
+		s := mkSlice("web-1", "web", 8080, es...)
+		for i, e := range eps {
+			if e.nodes == nil && e.zones == nil {
+				continue
+			}
+			h := &discoveryv1.EndpointHints{}
+			for _, n := range e.nodes {
+				h.ForNodes = append(h.ForNodes, discoveryv1.ForNode{Name: n})
+			}
+			for _, z := range e.zones {
+				h.ForZones = append(h.ForZones, discoveryv1.ForZone{Name: z})
+			}
+			s.Endpoints[i].Hints = h
+		}
+		return s
+	}
+	a := hinted{ip: "10.244.1.2", node: "n1", nodes: []string{"n1"}, zones: []string{"z1"}}
+	b := hinted{ip: "10.244.2.2", node: "n2", nodes: []string{"n2"}, zones: []string{"z1"}}
+	c := hinted{ip: "10.244.3.2", node: "n3", nodes: []string{"n3"}, zones: []string{"z2"}}
+	zoneOnly := func(h hinted) hinted { h.nodes = nil; return h }
+	bare := func(h hinted) hinted { h.nodes, h.zones = nil, nil; return h }
+	for _, tc := range []struct {
+		name string
+		eps  []hinted
+		want string
+	}{
+		{"no hints: all", []hinted{bare(a), bare(b), bare(c)}, "[10.244.1.2:8080 10.244.2.2:8080 10.244.3.2:8080]"},
+		{"node hints, one for this node: it alone", []hinted{a, b, c}, "[10.244.1.2:8080]"},
+		{"node hints, none for this node: the zone's", []hinted{b, c}, "[10.244.2.2:8080]"},
+		{"zone hints: the zone's", []hinted{zoneOnly(a), zoneOnly(b), zoneOnly(c)}, "[10.244.1.2:8080 10.244.2.2:8080]"},
+		{"zone hints, none for this zone: all", []hinted{zoneOnly(c), {ip: "10.244.4.2", node: "n4", zones: []string{"z3"}}}, "[10.244.3.2:8080 10.244.4.2:8080]"},
+		{"one ready endpoint without hints: all", []hinted{zoneOnly(a), bare(c)}, "[10.244.1.2:8080 10.244.3.2:8080]"},
+		{"the not-ready one does not count", []hinted{zoneOnly(a), {ip: "10.244.5.2", node: "n5", notReady: true}}, "[10.244.1.2:8080]"},
+	} {
+		ds := Compile([]*v1.Service{mkSvc("web", "10.96.0.50", 80)}, []*discoveryv1.EndpointSlice{slice(tc.eps...)}, node)
+		if got := fmt.Sprint(ds.Services[0].ClusterEndpoints); got != tc.want {
+			t.Errorf("%s: cluster endpoints %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	// The node's zone is part of what a Compiler remembers: a new zone recompiles.
+	var comp Compiler
+	sl := []*discoveryv1.EndpointSlice{slice(zoneOnly(a), zoneOnly(b), zoneOnly(c))}
+	svcs := []*v1.Service{mkSvc("web", "10.96.0.50", 80)}
+	comp.Compile(svcs, sl, node)
+	moved := node.DeepCopy()
+	moved.Labels[v1.LabelTopologyZone] = "z2"
+	if got := fmt.Sprint(comp.Compile(svcs, sl, moved).Services[0].ClusterEndpoints); got != "[10.244.3.2:8080]" {
+		t.Errorf("after the node moved to z2: %s", got)
 	}
 }

@@ -281,6 +281,34 @@ func TestIPVSKernel(t *testing.T) {
 		}
 	})
 
+	t.Run("LoadBalancer source ranges: the companion table drops other sources before IPVS", func(t *testing.T) {
+		blocked := func(t *testing.T, ns, addr string) {
+			t.Helper()
+			var err error
+			withNetns(t, ns, func() {
+				var c net.Conn
+				if c, err = net.DialTimeout("tcp", addr, 700*time.Millisecond); err == nil {
+					c.Close()
+				}
+			})
+			if err == nil || strings.Contains(err.Error(), "refused") {
+				t.Fatalf("dial %s from %s: %v, want no answer\n%s", addr, ns, err, ipvsDump(t, tp.host))
+			}
+		}
+		lb := func(ranges ...string) []*v1.Service {
+			return []*v1.Service{mkSvc("web", "10.96.0.50", 8088, nodePort(30088), loadBalancer(hostIP, ranges...))}
+		}
+		apply(t, lb(clientIP+"/32"), both)
+		oneShot(t, tp.client, hostIP+":8088")
+		blocked(t, tp.podB, hostIP+":8088")
+		oneShot(t, tp.podB, hostIP+":30088") // the NodePort stays open
+		apply(t, lb("10.244.0.0/16"), both)
+		oneShot(t, tp.podB, hostIP+":8088")
+		blocked(t, tp.client, hostIP+":8088")
+		apply(t, lb(), both)
+		oneShot(t, tp.client, hostIP+":8088")
+	})
+
 	t.Run("every scheduler", func(t *testing.T) {
 		var names []string
 		for s := range IPVSSchedulers {

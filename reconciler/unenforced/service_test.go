@@ -5,19 +5,28 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// trafficDistribution is named, with its value; source ranges are carried out by the proxy.
+// The topology-mode annotation (and its older name) is named when it asks for Auto;
+// trafficDistribution and source ranges are carried out.
 func TestServiceSettings(t *testing.T) {
 	preferClose := corev1.ServiceTrafficDistributionPreferClose
+	annotated := func(k, v string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{k: v}}}
+	}
 	for _, tc := range []struct {
 		name string
 		svc  *corev1.Service
 		want []string
 	}{
 		{"plain", &corev1.Service{}, nil},
-		{"trafficDistribution", &corev1.Service{Spec: corev1.ServiceSpec{TrafficDistribution: &preferClose}},
-			[]string{"spec.trafficDistribution: PreferClose is not carried out"}},
+		{"topology-mode Auto", annotated(corev1.AnnotationTopologyMode, "Auto"),
+			[]string{"annotation service.kubernetes.io/topology-mode: Auto is not carried out"}},
+		{"topology-aware-hints auto", annotated(corev1.DeprecatedAnnotationTopologyAwareHints, "auto"),
+			[]string{"annotation service.kubernetes.io/topology-aware-hints: auto is not carried out"}},
+		{"topology-mode Disabled", annotated(corev1.AnnotationTopologyMode, "Disabled"), nil},
+		{"trafficDistribution is carried out", &corev1.Service{Spec: corev1.ServiceSpec{TrafficDistribution: &preferClose}}, nil},
 		{"source ranges are carried out", &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
 			LoadBalancerSourceRanges: []string{"10.0.0.0/8"}}}, nil},
 	} {

@@ -5,6 +5,8 @@
 package unenforced
 
 import (
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -45,8 +47,12 @@ func Message(k Kind) string {
 // records them as events.
 func ServiceSettings(svc *corev1.Service) []string {
 	var out []string
-	if d := svc.Spec.TrafficDistribution; d != nil {
-		out = append(out, "spec.trafficDistribution: "+*d+" is not carried out by flotilla: every host picks among all the Service's endpoints, wherever they run")
+	// Topology Aware Routing: upstream's EndpointSlice controller then hints endpoints to
+	// zones in proportion to their nodes' CPUs. Its "Auto" is what turns it on.
+	for _, key := range []string{corev1.AnnotationTopologyMode, corev1.DeprecatedAnnotationTopologyAwareHints} {
+		if v, ok := svc.Annotations[key]; ok && strings.EqualFold(v, "auto") {
+			out = append(out, "annotation "+key+": "+v+" is not carried out by flotilla: no endpoint is hinted to a zone by this annotation; set spec.trafficDistribution: PreferSameZone to keep traffic in its zone")
+		}
 	}
 	return out
 }

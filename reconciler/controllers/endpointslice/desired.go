@@ -180,7 +180,35 @@ func podEndpoint(svc *corev1.Service, pod *corev1.Pod, zoneOf func(node string) 
 		h := pod.Spec.Hostname
 		ep.Hostname = &h
 	}
+	ep.Hints = trafficHints(svc, ep)
 	return ep
+}
+
+// trafficHints are the hints spec.trafficDistribution asks for, as upstream's controller
+// writes them: the endpoint's own zone for PreferSameZone (and PreferClose, its older name),
+// also its own node for PreferSameNode. A Service proxy then sends a host's connections to
+// the endpoints hinted for it, when it has any.
+func trafficHints(svc *corev1.Service, ep discoveryv1.Endpoint) *discoveryv1.EndpointHints {
+	d := svc.Spec.TrafficDistribution
+	if d == nil {
+		return nil
+	}
+	var h discoveryv1.EndpointHints
+	switch *d {
+	case corev1.ServiceTrafficDistributionPreferSameNode:
+		if ep.NodeName != nil {
+			h.ForNodes = []discoveryv1.ForNode{{Name: *ep.NodeName}}
+		}
+		fallthrough
+	case corev1.ServiceTrafficDistributionPreferClose, corev1.ServiceTrafficDistributionPreferSameZone:
+		if ep.Zone != nil {
+			h.ForZones = []discoveryv1.ForZone{{Name: *ep.Zone}}
+		}
+	}
+	if h.ForNodes == nil && h.ForZones == nil {
+		return nil
+	}
+	return &h
 }
 
 // desiredGroups computes the endpoints a Service should have, grouped by port set.

@@ -318,6 +318,45 @@ func TestEndpointSliceController(t *testing.T) {
 		if a.Zone == nil || *a.Zone != "rack-1" || a.NodeName == nil || *a.NodeName != "eps-node" {
 			t.Errorf("topology of a: node %v zone %v", a.NodeName, a.Zone)
 		}
+		if a.Hints != nil {
+			t.Errorf("hints without trafficDistribution: %+v", a.Hints)
+		}
+		// trafficDistribution: PreferSameNode hints each endpoint for its node and zone;
+		// PreferSameZone for its zone only; unset, none.
+		for _, tc := range []struct{ dist, want string }{
+			{corev1.ServiceTrafficDistributionPreferSameNode, "nodes [eps-node] zones [rack-1]"},
+			{corev1.ServiceTrafficDistributionPreferSameZone, "nodes [] zones [rack-1]"},
+			{"", "no hints"},
+		} {
+			svc, err := client.CoreV1().Services(k.ns).Get(ctx, "named", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc.Spec.TrafficDistribution = nil
+			if tc.dist != "" {
+				svc.Spec.TrafficDistribution = &tc.dist
+			}
+			if _, err := client.CoreV1().Services(k.ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			controllertest.Eventually(t, 30*time.Second, "hints for "+tc.want, func() (bool, error) {
+				got := "no hints"
+				if h := byPod(k.slices("named"))["named-a"].ep.Hints; h != nil {
+					var nodes, zones []string
+					for _, n := range h.ForNodes {
+						nodes = append(nodes, n.Name)
+					}
+					for _, z := range h.ForZones {
+						zones = append(zones, z.Name)
+					}
+					got = fmt.Sprintf("nodes %v zones %v", nodes, zones)
+				}
+				if got != tc.want {
+					return false, fmt.Errorf("trafficDistribution %q: %s", tc.dist, got)
+				}
+				return true, nil
+			})
+		}
 
 		// A bound pod being deleted stays (no node agent) and is terminating: serving, not ready.
 		if err := client.CoreV1().Pods(k.ns).Delete(ctx, "named-b", metav1.DeleteOptions{}); err != nil {

@@ -7,6 +7,7 @@ package unenforced
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
@@ -57,7 +58,9 @@ func NewController(cctx *controllers.Context) (*Controller, error) {
 			}
 		},
 		UpdateFunc: func(old, cur any) {
-			if changed(old, cur) {
+			// Annotations (the topology-mode one) change no generation: a change of what
+			// is warned about counts too.
+			if changed(old, cur) || !slices.Equal(serviceSettings(old), serviceSettings(cur)) {
 				c.recordServiceSettings(cur)
 			}
 		},
@@ -66,6 +69,14 @@ func NewController(cctx *controllers.Context) (*Controller, error) {
 	}
 	c.synced = append(c.synced, svcInf.HasSynced)
 	return c, nil
+}
+
+// serviceSettings is unenforced.ServiceSettings of obj, nil if obj is not a Service.
+func serviceSettings(obj any) []string {
+	if svc, ok := obj.(*corev1.Service); ok {
+		return unenforced.ServiceSettings(svc)
+	}
+	return nil
 }
 
 // recordServiceSettings records an event for each setting of the Service obj that is not

@@ -166,7 +166,7 @@ func TestUnenforcedEvents(t *testing.T) {
 
 // Against a real agent: a new ResourceQuota gets the NotEnforced event in its namespace, a new
 // CertificateSigningRequest (cluster-scoped) gets it in namespace default, and a
-// Service with trafficDistribution gets the API's warning and the event.
+// Service with the topology-mode annotation gets the API's warning and the event.
 func TestUnenforcedEventsAgent(t *testing.T) {
 	withClusterKind(t)
 	a, client, c := controllertest.StartController(t, unenforcedcontroller.NewController)
@@ -183,7 +183,7 @@ func TestUnenforcedEventsAgent(t *testing.T) {
 	if _, err := client.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// A Service's trafficDistribution: the API's warning, then the event.
+	// A Service's topology-mode annotation: the API's warning, then the event.
 	warnings := &framework.Warnings{}
 	cfg := rest.CopyConfig(a.RESTConfig())
 	cfg.WarningHandler = warnings
@@ -191,20 +191,30 @@ func TestUnenforcedEventsAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	preferClose := corev1.ServiceTrafficDistributionPreferClose
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "preferclose"}, Spec: corev1.ServiceSpec{TrafficDistribution: &preferClose,
-		Selector: map[string]string{"app": "x"}, Ports: []corev1.ServicePort{{Port: 80}}}}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "topology", Annotations: map[string]string{corev1.AnnotationTopologyMode: "Auto"}},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "x"}, Ports: []corev1.ServicePort{{Port: 80}}}}
 	if _, err := wclient.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	distMessage := unenforced.ServiceSettings(svc)[0]
-	if got := warnings.Take(); !slices.Contains(got, distMessage) {
-		t.Errorf("creating the Service warned %q, want %q", got, distMessage)
+	topologyMessage := unenforced.ServiceSettings(svc)[0]
+	if got := warnings.Take(); !slices.Contains(got, topologyMessage) {
+		t.Errorf("creating the Service warned %q, want %q", got, topologyMessage)
+	}
+	// The annotation added to a Service later, which changes no generation: the event too.
+	later := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "annotated-later"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "x"}, Ports: []corev1.ServicePort{{Port: 80}}}}
+	if later, err = client.CoreV1().Services("default").Create(ctx, later, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	later.Annotations = map[string]string{corev1.AnnotationTopologyMode: "Auto"}
+	if _, err := client.CoreV1().Services("default").Update(ctx, later, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	for _, want := range []struct{ kind, name, namespace, message string }{
 		{"ResourceQuota", "compute", "default", unenforced.Message(kind(t, "ResourceQuota"))},
 		{"CertificateSigningRequest", "unenforced-csr", "", unenforced.Message(kind(t, "CertificateSigningRequest"))},
-		{"Service", "preferclose", "default", distMessage},
+		{"Service", "topology", "default", topologyMessage},
+		{"Service", "annotated-later", "default", topologyMessage},
 	} {
 		message := want.message
 		controllertest.Eventually(t, 30*time.Second, "NotEnforced event on "+want.kind, func() (bool, error) {
