@@ -1,8 +1,13 @@
 package agent
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -89,6 +94,11 @@ func buildContainerConfig(pod *corev1.Pod, c *corev1.Container, p containerParam
 		}
 		cfg.Mounts = append(cfg.Mounts, rt.Mount{Source: filepath.Join(p.PodDir, f.name), Destination: f.dest})
 	}
+	// The container may write why it ended there (terminationMessagePath, /dev/termination-log
+	// by default); the agent reports it in the terminated state's message.
+	if c.TerminationMessagePath != "" && p.PodDir != "" {
+		cfg.Mounts = append(cfg.Mounts, rt.Mount{Source: terminationLogPath(p.PodDir, c.Name, p.Attempt), Destination: c.TerminationMessagePath})
+	}
 	for i, m := range c.VolumeMounts {
 		src, ok := p.Volumes[m.Name]
 		if !ok {
@@ -162,6 +172,58 @@ func expandAll(in []string, vars map[string]string) []string {
 // logPath is where attempt n of a container logs (CRI format).
 func logPath(podDir, container string, attempt int) string {
 	return filepath.Join(podDir, "logs", container, strconv.Itoa(attempt)+".log")
+}
+
+// terminationLogPath is the host file bound to attempt of a container's terminationMessagePath.
+func terminationLogPath(podDir, container string, attempt int) string {
+	return filepath.Join(podDir, "termination", container, strconv.Itoa(attempt))
+}
+
+// Limits of a termination message, as the kubelet's: the last 4 KiB of the file, or with
+// FallbackToLogsOnError the last 2 KiB of the last 80 lines of the log.
+const (
+	maxTerminationMessage    = 4096
+	maxTerminationLogMessage = 2048
+	terminationLogLines      = 80
+)
+
+// terminationMessage is what the exited attempt s of container c left as its termination
+// message: the file bound to its terminationMessagePath, or, with FallbackToLogsOnError, when
+// that is empty and the container failed, the end of its log.
+func terminationMessage(ctx context.Context, podDir string, c *corev1.Container, s *rt.ContainerStatus) string {
+	attempt := attemptOf(*s)
+	if msg := readLast(terminationLogPath(podDir, c.Name, attempt), maxTerminationMessage); msg != "" ||
+		c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError || s.ExitCode == 0 {
+		return msg
+	}
+	var buf bytes.Buffer
+	if err := rt.ReadLogs(ctx, logPath(podDir, c.Name, attempt), rt.LogOptions{Tail: terminationLogLines}, &buf, &buf); err != nil {
+		return ""
+	}
+	b := buf.Bytes()
+	if len(b) > maxTerminationLogMessage {
+		b = b[len(b)-maxTerminationLogMessage:]
+	}
+	return string(b)
+}
+
+// readLast is the last n bytes of the file at path ("" when it cannot be read).
+func readLast(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	off := max(fi.Size()-n, 0)
+	b := make([]byte, fi.Size()-off)
+	if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+		return ""
+	}
+	return string(b)
 }
 
 func hasEnv(env []string, key string) bool {

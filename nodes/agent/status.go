@@ -21,6 +21,9 @@ type containerObs struct {
 	// CrashLoopBackOff, CreateContainerConfigError...); empty when nothing is in the way.
 	waitingReason, waitingMessage string
 	ready, started                bool
+	// currentMessage and previousMessage are the termination messages of current and
+	// previous once they exited.
+	currentMessage, previousMessage string
 }
 
 // podObs is what the agent knows of a pod when it computes the pod's status.
@@ -45,7 +48,7 @@ func restarts(policy corev1.RestartPolicy, code int32) bool {
 	return true
 }
 
-func containerState(s *rt.ContainerStatus) corev1.ContainerState {
+func containerState(s *rt.ContainerStatus, message string) corev1.ContainerState {
 	switch s.State {
 	case rt.StateRunning:
 		return corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(s.StartedAt)}}
@@ -58,6 +61,9 @@ func containerState(s *rt.ContainerStatus) corev1.ContainerState {
 			reason = "OOMKilled"
 		case s.ExitCode == 0:
 			reason = "Completed"
+		}
+		if msg == "" {
+			msg = message
 		}
 		return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 			ExitCode: s.ExitCode, Reason: reason, Message: msg, StartedAt: metav1.NewTime(s.StartedAt),
@@ -79,9 +85,9 @@ func containerStatus(c *corev1.Container, o *containerObs, defaultWaiting string
 	}
 	st.ContainerID = "containerd://" + o.current.ID
 	st.ImageID = o.current.ImageID
-	st.State = containerState(o.current)
+	st.State = containerState(o.current, o.currentMessage)
 	if o.previous != nil && o.previous.State == rt.StateExited {
-		st.LastTerminationState = containerState(o.previous)
+		st.LastTerminationState = containerState(o.previous, o.previousMessage)
 	}
 	if o.current.State == rt.StateExited && o.waitingReason != "" {
 		// Exited and waiting to be started again (CrashLoopBackOff).

@@ -53,6 +53,8 @@ type podWorker struct {
 	// sandbox is the pod's network once set up.
 	podIPs    []string
 	netnsPath string
+	// termMessages are the termination messages of exited attempts, by container ID.
+	termMessages map[string]string
 	// postStartDone records containers whose postStart hook ran.
 	postStartDone map[string]bool
 	waiting       map[string][2]string // container -> waiting reason, message
@@ -456,6 +458,11 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod, c *corev1.Contai
 	if err := os.MkdirAll(filepath.Dir(cfg.LogPath), 0o755); err != nil {
 		return err
 	}
+	if c.TerminationMessagePath != "" {
+		if err := createTerminationLog(terminationLogPath(w.m.podDir(pod.UID), c.Name, n)); err != nil {
+			return err
+		}
+	}
 	if err := w.m.cfg.Runtime.CreateContainer(ctx, cfg); err != nil {
 		reason, msg := createContainerError(pod, c, err)
 		w.waiting[c.Name] = [2]string{reason, msg}
@@ -710,11 +717,46 @@ func (w *podWorker) pruneAttempts(ctx context.Context, byName map[string][]rt.Co
 				continue
 			}
 			_ = w.m.cfg.Runtime.RemoveContainer(ctx, old.ID)
+			delete(w.termMessages, old.ID)
 			if p := old.Labels[labelPodUID]; p != "" {
 				_ = rt.RemoveLogs(logPath(w.m.podDir(types.UID(p)), old.Labels[labelContainer], attemptOf(old)))
+				_ = os.Remove(terminationLogPath(w.m.podDir(types.UID(p)), old.Labels[labelContainer], attemptOf(old)))
 			}
 		}
 	}
+}
+
+// terminationMessage is terminationMessage for the attempt s of c once it exited (nil or
+// running: ""), read once per attempt: an exited container writes nothing more.
+func (w *podWorker) terminationMessage(ctx context.Context, pod *corev1.Pod, c *corev1.Container, s *rt.ContainerStatus) string {
+	if s == nil || s.State != rt.StateExited || s.StartError != "" {
+		return ""
+	}
+	if msg, ok := w.termMessages[s.ID]; ok {
+		return msg
+	}
+	msg := terminationMessage(ctx, w.m.podDir(pod.UID), c, s)
+	if w.termMessages == nil {
+		w.termMessages = map[string]string{}
+	}
+	w.termMessages[s.ID] = msg
+	return msg
+}
+
+// createTerminationLog makes the empty file a container's terminationMessagePath is bound
+// to, writable by whatever user the container runs as, as the kubelet does.
+func createTerminationLog(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o666)
+	if err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Chmod(path, 0o666)
 }
 
 func (w *podWorker) writeStatus(ctx context.Context, pod *corev1.Pod, byName map[string][]rt.ContainerStatus, sandboxReady bool) error {
@@ -733,6 +775,8 @@ func (w *podWorker) writeStatus(ctx context.Context, pod *corev1.Pod, byName map
 			if h := w.probes[list[0].ID]; h != nil {
 				co.ready, co.started, _ = h.res.get()
 			}
+			co.currentMessage = w.terminationMessage(ctx, pod, &c, co.current)
+			co.previousMessage = w.terminationMessage(ctx, pod, &c, co.previous)
 		}
 		if wr, ok := w.waiting[c.Name]; ok {
 			co.waitingReason, co.waitingMessage = wr[0], wr[1]

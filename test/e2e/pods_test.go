@@ -273,6 +273,26 @@ func TestPodsRunOnContainerd(t *testing.T) {
 		}
 	})
 
+	// As the kubelet: a file bound at terminationMessagePath (writable by any user), read once
+	// the container ended; with FallbackToLogsOnError a failed container's log instead.
+	t.Run("termination messages", func(t *testing.T) {
+		file := tool("file", "write", "/dev/termination-log", "all done")
+		file.SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To(int64(1000))}
+		logs := tool("logs", "exit", "3", "crashing")
+		logs.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
+		create(t, c, newPod("farewell", "host-1", corev1.RestartPolicyNever, file, logs))
+		p := waitPod(t, c, "farewell", 90*time.Second, "both containers terminated", func(p *corev1.Pod) bool {
+			f, l := statusOf(p, "file"), statusOf(p, "logs")
+			return f != nil && l != nil && f.State.Terminated != nil && l.State.Terminated != nil
+		})
+		if term := statusOf(p, "file").State.Terminated; term.ExitCode != 0 || term.Message != "all done" {
+			t.Errorf("the file's message: %s", describe(p))
+		}
+		if term := statusOf(p, "logs").State.Terminated; term.ExitCode != 3 || !strings.Contains(term.Message, "crashing") {
+			t.Errorf("the log's message: %s", describe(p))
+		}
+	})
+
 	t.Run("memory limit kills with OOMKilled", func(t *testing.T) {
 		ctr := tool("hog", "alloc", "200")
 		ctr.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")}
