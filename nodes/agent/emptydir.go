@@ -203,19 +203,29 @@ func (m *PodManager) checkEmptyDirs() {
 // emptyDir volumes are removed to give their space back. The containers stay for their logs.
 // An evicted pod is never started again: its controller replaces it.
 func (w *podWorker) evict(ctx context.Context, pod *corev1.Pod, msg string) error {
+	grace := gracePeriod(pod)
+	if g := w.evictGrace.Load(); g != nil {
+		grace = *g
+	}
+	if done, err := w.terminate(ctx, pod, reasonEvicted, msg, grace); !done || err != nil {
+		return err
+	}
+	return removeEmptyDirs(pod, w.m.podDir(pod.UID))
+}
+
+// terminate stops the running containers of pod as for a deletion (preStop hooks, then
+// grace) and, once none runs, makes its phase Failed with reason and msg. done is false
+// while that status is not written yet (a conflict: the next sync tries again).
+func (w *podWorker) terminate(ctx context.Context, pod *corev1.Pod, reason, msg string, grace time.Duration) (done bool, err error) {
 	snap, err := w.m.containers(ctx, true)
 	if err != nil {
-		return err
+		return false, err
 	}
 	specs := map[string]*corev1.Container{}
 	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range list {
 			specs[list[i].Name] = &list[i]
 		}
-	}
-	grace := gracePeriod(pod)
-	if g := w.evictGrace.Load(); g != nil {
-		grace = *g
 	}
 	var wg sync.WaitGroup
 	for _, c := range snap[string(pod.UID)] {
@@ -234,23 +244,20 @@ func (w *podWorker) evict(ctx context.Context, pod *corev1.Pod, msg string) erro
 	w.stopProbes("")
 	snap, err = w.m.containers(ctx, true)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, c := range snap[string(pod.UID)] {
 		if c.State == rt.StateRunning {
-			return fmt.Errorf("evicted pod: container %s is still running", c.Labels[labelContainer])
+			return false, fmt.Errorf("%s pod: container %s is still running", reason, c.Labels[labelContainer])
 		}
 	}
-	w.failed = [2]string{reasonEvicted, msg}
+	w.failed = [2]string{reason, msg}
 	clear(w.waiting)
 	if err := w.writeStatus(ctx, pod, attempts(snap[string(pod.UID)]), false); err != nil {
-		return err
+		return false, err
 	}
-	if w.lastStatus == nil || w.lastStatus.Phase != corev1.PodFailed {
-		// Not written (a conflict): the next sync tries again.
-		return nil
-	}
-	return removeEmptyDirs(pod, w.m.podDir(pod.UID))
+	// Not written (a conflict): the next sync tries again.
+	return w.lastStatus != nil && w.lastStatus.Phase == corev1.PodFailed, nil
 }
 
 // removeEmptyDirs removes the emptyDir volumes of a pod whose containers have stopped,

@@ -85,6 +85,12 @@ func newPodWorker(m *PodManager, uid types.UID) *podWorker {
 		startLatency: startLatency{seen: time.Now()}}
 }
 
+// The pod status and event of a pod past its spec.activeDeadlineSeconds, as the kubelet's.
+const (
+	reasonDeadlineExceeded  = "DeadlineExceeded"
+	messageDeadlineExceeded = "Pod was active on the node longer than the specified deadline"
+)
+
 func (w *podWorker) kick() {
 	select {
 	case w.kickC <- struct{}{}:
@@ -211,6 +217,15 @@ func (w *podWorker) sync(ctx context.Context, pod *corev1.Pod) error {
 		if pod.Status.StartTime != nil {
 			w.started = pod.Status.StartTime.Time
 		}
+	}
+	if d := pod.Spec.ActiveDeadlineSeconds; d != nil && time.Since(w.started) >= time.Duration(*d)*time.Second {
+		// As the kubelet: active longer than spec.activeDeadlineSeconds since it started
+		// here, the pod is stopped and fails for good.
+		if w.failed[0] != reasonDeadlineExceeded {
+			w.event(pod, corev1.EventTypeNormal, reasonDeadlineExceeded, messageDeadlineExceeded)
+		}
+		_, err := w.terminate(ctx, pod, reasonDeadlineExceeded, messageDeadlineExceeded, gracePeriod(pod))
+		return err
 	}
 	sandboxErr := w.ensureSandbox(ctx, pod)
 	var volumes map[string]string

@@ -293,6 +293,36 @@ func TestPodsRunOnContainerd(t *testing.T) {
 		}
 	})
 
+	// As the kubelet: a pod active longer than spec.activeDeadlineSeconds is stopped and
+	// fails with reason DeadlineExceeded, and is not started again.
+	t.Run("activeDeadlineSeconds ends the pod", func(t *testing.T) {
+		p := newPod("deadline", "host-2", corev1.RestartPolicyAlways, tool("sleeper", "sleep", "600s"))
+		p.Spec.ActiveDeadlineSeconds = ptr.To(int64(3))
+		create(t, c, p)
+		p = waitPod(t, c, "deadline", 60*time.Second, "Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+		if p.Status.Reason != "DeadlineExceeded" || !strings.Contains(p.Status.Message, "longer than the specified deadline") {
+			t.Fatalf("reason %q message %q, want DeadlineExceeded", p.Status.Reason, p.Status.Message)
+		}
+		if cs := statusOf(p, "sleeper"); cs == nil || cs.State.Terminated == nil || cs.RestartCount != 0 {
+			t.Fatalf("the container should have been stopped, not restarted: %s", describe(p))
+		}
+		if p.Status.StartTime == nil {
+			t.Fatalf("no start time: %s", describe(p))
+		}
+		waitFor(t, 30*time.Second, "the DeadlineExceeded event", func() (bool, string) {
+			evs, err := c.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=deadline"})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, e := range evs.Items {
+				if e.Reason == "DeadlineExceeded" {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%d events, none DeadlineExceeded", len(evs.Items))
+		})
+	})
+
 	t.Run("memory limit kills with OOMKilled", func(t *testing.T) {
 		ctr := tool("hog", "alloc", "200")
 		ctr.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")}
