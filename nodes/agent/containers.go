@@ -51,7 +51,10 @@ type containerParams struct {
 
 // buildContainerConfig turns a pod's container into the runtime's container configuration.
 func buildContainerConfig(pod *corev1.Pod, c *corev1.Container, p containerParams) (rt.ContainerConfig, error) {
-	hostname, _ := podHostname(pod, p.Domain)
+	hostname, err := containerHostname(pod, p.Domain)
+	if err != nil {
+		return rt.ContainerConfig{}, err
+	}
 	cfg := rt.ContainerConfig{
 		ID:    containerID(string(pod.UID), c.Name, p.Attempt),
 		Image: c.Image,

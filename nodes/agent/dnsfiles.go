@@ -122,6 +122,24 @@ func podHostname(pod *corev1.Pod, domain string) (string, string) {
 	return h, fqdn
 }
 
+// containerHostname is the hostname the pod's containers get: its hostname, or with
+// setHostnameAsFQDN and a subdomain its fully qualified name, which Linux allows up to 64
+// characters long (longer is an error, as the kubelet's, and the pod does not start).
+func containerHostname(pod *corev1.Pod, domain string) (string, error) {
+	h, fqdn := podHostname(pod, domain)
+	if pod.Spec.SetHostnameAsFQDN == nil || !*pod.Spec.SetHostnameAsFQDN || fqdn == "" || pod.Spec.HostNetwork {
+		return h, nil
+	}
+	if len(fqdn) > maxFQDNHostname {
+		return "", fmt.Errorf("failed to construct FQDN from pod hostname and cluster domain, FQDN %s is too long (%d characters is the max, %d characters requested): shorten the pod's hostname or subdomain, or unset setHostnameAsFQDN",
+			fqdn, maxFQDNHostname, len(fqdn))
+	}
+	return fqdn, nil
+}
+
+// maxFQDNHostname is the longest hostname Linux takes (HOST_NAME_MAX).
+const maxFQDNHostname = 64
+
 // etcHosts renders the pod's /etc/hosts: loopback, its own address and name, hostAliases.
 func etcHosts(pod *corev1.Pod, podIPs []string, domain string) string {
 	var b strings.Builder

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -292,5 +293,32 @@ func TestBuildContainerConfig(t *testing.T) {
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "nope", MountPath: "/x"})
 	if _, err := buildContainerConfig(pod, c, containerParams{Volumes: map[string]string{"cfg": "a", "data": "b"}}); err == nil {
 		t.Error("a mount of an unknown volume must fail")
+	}
+}
+
+// setHostnameAsFQDN: with a subdomain the containers' hostname is the pod's fully qualified
+// name; one longer than 64 characters refuses the pod, with what to change.
+func TestContainerHostname(t *testing.T) {
+	pod := testPod()
+	pod.Spec.Hostname, pod.Spec.Subdomain = "web-0", "web"
+	if h, err := containerHostname(pod, "cluster.local"); err != nil || h != "web-0" {
+		t.Fatalf("without setHostnameAsFQDN: %q, %v", h, err)
+	}
+	pod.Spec.SetHostnameAsFQDN = ptrBool(true)
+	want := "web-0.web." + pod.Namespace + ".svc.cluster.local"
+	if h, err := containerHostname(pod, "cluster.local"); err != nil || h != want {
+		t.Fatalf("setHostnameAsFQDN: %q, %v, want %q", h, err, want)
+	}
+	cfg, err := buildContainerConfig(pod, &pod.Spec.Containers[0], containerParams{Domain: "cluster.local"})
+	if err != nil || cfg.Hostname != want || !slices.Contains(cfg.Env, "HOSTNAME="+want) {
+		t.Fatalf("container config: hostname %q env %v, %v", cfg.Hostname, cfg.Env, err)
+	}
+	pod.Spec.Subdomain = strings.Repeat("s", 40)
+	if _, err := containerHostname(pod, "cluster.local"); err == nil || !strings.Contains(err.Error(), "too long (64 characters is the max") {
+		t.Fatalf("a 90-character FQDN: %v", err)
+	}
+	pod.Spec.Subdomain = ""
+	if h, err := containerHostname(pod, "cluster.local"); err != nil || h != "web-0" {
+		t.Fatalf("setHostnameAsFQDN without a subdomain: %q, %v", h, err)
 	}
 }

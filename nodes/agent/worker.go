@@ -303,7 +303,10 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *corev1.Pod) error {
 			w.podIPs = append(w.podIPs, ip.String())
 		}
 	}
-	hostname, _ := podHostname(pod, w.m.cfg.ClusterDomain)
+	hostname, err := containerHostname(pod, w.m.cfg.ClusterDomain)
+	if err != nil {
+		return err
+	}
 	hostText, _ := os.ReadFile(w.m.cfg.HostResolvConf)
 	files := map[string]string{
 		"etc-hosts":   etcHosts(pod, w.podIPs, w.m.cfg.ClusterDomain),

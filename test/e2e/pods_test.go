@@ -293,6 +293,16 @@ func TestPodsRunOnContainerd(t *testing.T) {
 		}
 	})
 
+	t.Run("setHostnameAsFQDN: the containers' hostname is the pod's FQDN", func(t *testing.T) {
+		p := newPod("fqdn", "host-3", corev1.RestartPolicyNever, tool("show", "cat", "/etc/hostname"))
+		p.Spec.Hostname, p.Spec.Subdomain, p.Spec.SetHostnameAsFQDN = "web-0", "web", ptr.To(true)
+		create(t, c, p)
+		waitPod(t, c, "fqdn", 60*time.Second, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+		if out, want := kubectlOut(t, s.Hosts[0], "logs", "fqdn"), "web-0.web.default.svc.cluster.local\n"; out != want {
+			t.Fatalf("/etc/hostname: %q, want %q", out, want)
+		}
+	})
+
 	// As the kubelet: a pod active longer than spec.activeDeadlineSeconds is stopped and
 	// fails with reason DeadlineExceeded, and is not started again.
 	t.Run("activeDeadlineSeconds ends the pod", func(t *testing.T) {
