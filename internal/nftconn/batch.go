@@ -99,3 +99,13 @@ func IPv4Bytes(a netip.Addr) []byte {
 func SortedKeys[V any](m map[string]V) []string {
 	return slices.Sorted(maps.Keys(m))
 }
+
+// LastAddr is the last IPv4 address of p, the end of its range in an interval set.
+func LastAddr(p netip.Prefix) netip.Addr {
+	a := p.Addr().As4()
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	if p.Bits() < 32 {
+		v |= (uint32(1) << (32 - p.Bits())) - 1
+	}
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}

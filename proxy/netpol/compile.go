@@ -24,6 +24,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/flotilla-dev/flotilla/internal/nftconn"
 )
 
 // IP protocol numbers.
@@ -547,7 +549,7 @@ func blockRanges(b *networkingv1.IPBlock) ([]Range, bool, error) {
 		return nil, false, nil
 	}
 	p = p.Masked()
-	ranges := []Range{{First: p.Addr(), Last: lastAddr(p)}}
+	ranges := []Range{{First: p.Addr(), Last: nftconn.LastAddr(p)}}
 	for _, e := range b.Except {
 		ep, err := netip.ParsePrefix(e)
 		if err != nil {
@@ -557,18 +559,9 @@ func blockRanges(b *networkingv1.IPBlock) ([]Range, bool, error) {
 			continue
 		}
 		ep = ep.Masked()
-		ranges = subtract(ranges, Range{First: ep.Addr(), Last: lastAddr(ep)})
+		ranges = subtract(ranges, Range{First: ep.Addr(), Last: nftconn.LastAddr(ep)})
 	}
 	return ranges, true, nil
-}
-
-func lastAddr(p netip.Prefix) netip.Addr {
-	a := p.Addr().As4()
-	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
-	if p.Bits() < 32 {
-		v |= (uint32(1) << (32 - p.Bits())) - 1
-	}
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
 // subtract removes x from every range of rs.

@@ -464,12 +464,7 @@ func firewall(svc *v1.Service) (ips []netip.Addr, ranges []netip.Prefix) {
 		return nil, nil
 	}
 	slices.SortFunc(ips, netip.Addr.Compare)
-	slices.SortFunc(ranges, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	})
+	slices.SortFunc(ranges, netip.Prefix.Compare)
 	return ips, slices.Compact(ranges)
 }
 

@@ -296,11 +296,7 @@ var allowType = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIne
 func allowElems(keys []fwAllow) []nftables.SetElement {
 	out := make([]nftables.SetElement, 0, len(keys))
 	for _, k := range keys {
-		first := k.src.Masked().Addr().As4()
-		last := first
-		for i := k.src.Bits(); i < 32; i++ {
-			last[i/8] |= 0x80 >> (i % 8)
-		}
+		first, last := k.src.Masked().Addr().As4(), nftconn.LastAddr(k.src).As4()
 		v := vipBytes(k.vip)
 		out = append(out, nftables.SetElement{Key: append(slices.Clip(v), first[:]...), KeyEnd: append(slices.Clip(v), last[:]...)})
 	}
