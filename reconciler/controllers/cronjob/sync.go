@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -71,6 +72,14 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 			jobs = append(jobs, j)
 		}
 	}
+	// The lister's order is a map's: sort so that Jobs the status lacks are added to
+	// status.active oldest first, the same on every sync.
+	slices.SortFunc(jobs, func(a, b *batchv1.Job) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
 	status := cj.Status.DeepCopy()
 	c.reconcileActive(ctx, cj, status, jobs)
 	next, syncErr := c.schedule(ctx, cj, status, now)
