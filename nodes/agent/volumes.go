@@ -24,6 +24,9 @@ type volumeSources struct {
 	// ServiceAccountToken returns a token of the pod's service account for a projected
 	// serviceAccountToken source, refreshed when due.
 	ServiceAccountToken func(pod *corev1.Pod, p *corev1.ServiceAccountTokenProjection) ([]byte, error)
+	// Starting: no container of the pod has run on this host yet. As the kubelet, a claim
+	// being deleted is then refused (a pod already running keeps its volumes).
+	Starting bool
 }
 
 // errVolumeNotReady marks volumes that cannot be set up yet (an unbound claim, a missing
@@ -356,6 +359,9 @@ func claimPath(pod *corev1.Pod, claim string, src volumeSources) (string, error)
 	pvc, err := src.PVC(pod.Namespace, claim)
 	if err != nil {
 		return "", fmt.Errorf("%w: persistentVolumeClaim %q: %v", errVolumeNotReady, claim, err)
+	}
+	if src.Starting && pvc.DeletionTimestamp != nil {
+		return "", fmt.Errorf("%w: persistentVolumeClaim %q is being deleted, so no pod can start with it: recreate the claim once it is gone, or name another", errVolumeNotReady, claim)
 	}
 	if pvc.Spec.VolumeName == "" || pvc.Status.Phase != corev1.ClaimBound {
 		return "", fmt.Errorf("%w: persistentVolumeClaim %q is not bound yet", errVolumeNotReady, claim)

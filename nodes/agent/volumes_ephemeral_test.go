@@ -76,3 +76,42 @@ func TestEphemeralVolume(t *testing.T) {
 		t.Fatalf("scratch mounts %q, want the local volume %q", paths["scratch"], data)
 	}
 }
+
+// TestClaimBeingDeleted: a pod that has not started yet waits while its claim is being
+// deleted; a pod already running keeps mounting it.
+func TestClaimBeingDeleted(t *testing.T) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: "ns", UID: "uid-db"},
+		Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0"}}}}},
+	}
+	data := filepath.Join(t.TempDir(), "pvc-2")
+	claim := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data-db-0", Namespace: "ns", DeletionTimestamp: ptr.To(metav1.Now()),
+			Finalizers: []string{"kubernetes.io/pvc-protection"}},
+		Spec:   corev1.PersistentVolumeClaimSpec{VolumeName: "pvc-2"},
+		Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound},
+	}
+	src := volumeSources{
+		PVC: func(string, string) (*corev1.PersistentVolumeClaim, error) { return claim, nil },
+		PV: func(string) (*corev1.PersistentVolume, error) {
+			return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-2"},
+				Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: data}}}}, nil
+		},
+		Starting: true,
+	}
+	_, err := prepareVolumes(pod, t.TempDir(), src)
+	if !errors.Is(err, errVolumeNotReady) || !strings.Contains(err.Error(), `persistentVolumeClaim "data-db-0" is being deleted`) {
+		t.Fatalf("starting pod: got %v, want it to wait for a claim not being deleted", err)
+	}
+	src.Starting = false
+	paths, err := prepareVolumes(pod, t.TempDir(), src)
+	if err != nil || paths["data"] != data {
+		t.Fatalf("running pod: got %v %v, want it to keep %s", paths, err, data)
+	}
+	claim.DeletionTimestamp = nil
+	src.Starting = true
+	if paths, err := prepareVolumes(pod, t.TempDir(), src); err != nil || paths["data"] != data {
+		t.Fatalf("starting pod, claim not deleted: got %v %v, want %s", paths, err, data)
+	}
+}

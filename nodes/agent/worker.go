@@ -61,6 +61,8 @@ type podWorker struct {
 	failed        [2]string
 	// admitted: the pod's declared-feature requirements were checked against this host's.
 	admitted bool
+	// volumesReady: the pod's volumes were set up once on this host.
+	volumesReady bool
 	// lastStatus was written on top of resourceVersion lastBase.
 	lastStatus *corev1.PodStatus
 	lastBase   string
@@ -231,7 +233,17 @@ func (w *podWorker) sync(ctx context.Context, pod *corev1.Pod) error {
 	var volumes map[string]string
 	var volErr error
 	if sandboxErr == nil {
+		starting := !w.volumesReady
+		if starting {
+			// Containers of the pod found on this host (the agent restarted) mean it runs.
+			snap, err := w.m.containers(ctx, false)
+			if err != nil {
+				return err
+			}
+			starting = len(snap[string(pod.UID)]) == 0
+		}
 		volumes, volErr = prepareVolumes(pod, w.m.podDir(pod.UID), volumeSources{
+			Starting:  starting,
 			ConfigMap: w.m.configMap, Secret: w.m.secret, PVC: w.m.pvc, PV: w.m.pv,
 			ServiceAccountToken: func(pod *corev1.Pod, p *corev1.ServiceAccountTokenProjection) ([]byte, error) {
 				return w.m.tokens.token(ctx, pod, p)
@@ -239,6 +251,8 @@ func (w *podWorker) sync(ctx context.Context, pod *corev1.Pod) error {
 		})
 		if volErr != nil {
 			w.event(pod, corev1.EventTypeWarning, "FailedMount", volErr.Error())
+		} else {
+			w.volumesReady = true
 		}
 	} else {
 		w.event(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", sandboxErr.Error())

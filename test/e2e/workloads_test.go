@@ -252,6 +252,38 @@ func TestWorkloadsOnHosts(t *testing.T) {
 		if _, err := os.Stat(marker); err != nil {
 			t.Errorf("the data of web-1's volume went while web-1 runs: %v", err)
 		}
+		// A new pod naming the claim being deleted does not start, as with the kubelet (the
+		// scheduler already refuses it; this one is put on web-1's host by hand).
+		web1Pod, err := getPod(c, "web-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		late := newPod("late", web1Pod.Spec.NodeName, corev1.RestartPolicyNever, tool("late", "sleep", "1h"))
+		late.Spec.Volumes = []corev1.Volume{{Name: "www", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "www-web-1"}}}}
+		if _, err := c.CoreV1().Pods("default").Create(context.Background(), late, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, time.Minute, "pod late refused its claim being deleted (FailedMount)", func() (bool, string) {
+			evs, err := c.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{
+				FieldSelector: fields.OneTermEqualSelector("involvedObject.name", "late").String()})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, e := range evs.Items {
+				if e.Reason == "FailedMount" && strings.Contains(e.Message, `persistentVolumeClaim "www-web-1" is being deleted`) {
+					return true, ""
+				}
+			}
+			p, _ := getPod(c, "late")
+			return false, describe(p)
+		})
+		if p, err := getPod(c, "late"); err != nil || p.Status.Phase != corev1.PodPending || len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Waiting == nil {
+			t.Errorf("pod late must wait without starting: %v %s", err, describe(p))
+		}
+		if err := c.CoreV1().Pods("default").Delete(context.Background(), "late", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+			t.Fatal(err)
+		}
 		if out, err := s.Hosts[0].Kubectl(context.Background(), "", "scale", "statefulset", "web", "--replicas=1"); err != nil {
 			t.Fatalf("scale: %v %s", err, out)
 		}
