@@ -44,6 +44,9 @@ type ServicePort struct {
 	ClusterIP netip.Addr
 	Port      uint16
 	NodePort  uint16 // 0: no NodePort
+	// HealthCheckNodePort is spec.healthCheckNodePort of a LoadBalancer Service with
+	// externalTrafficPolicy Local: where every host reports whether it has a ready endpoint.
+	HealthCheckNodePort uint16
 	// ExternalIPs are spec.externalIPs and status.loadBalancer.ingress[].ip: traffic to them
 	// follows externalTrafficPolicy, like NodePort traffic.
 	ExternalIPs []netip.Addr
@@ -353,6 +356,9 @@ func compileService(svc *v1.Service, slices []*discoveryv1.EndpointSlice, nodeNa
 		sp.Key = svc.Namespace + "/" + svc.Name + "/" + portID + "/" + string(proto)
 		if (svc.Spec.Type == v1.ServiceTypeNodePort || svc.Spec.Type == v1.ServiceTypeLoadBalancer) && p.NodePort > 0 && p.NodePort <= 65535 {
 			sp.NodePort = uint16(p.NodePort)
+		}
+		if svc.Spec.Type == v1.ServiceTypeLoadBalancer && etpLocal && svc.Spec.HealthCheckNodePort > 0 && svc.Spec.HealthCheckNodePort <= 65535 {
+			sp.HealthCheckNodePort = uint16(svc.Spec.HealthCheckNodePort)
 		}
 		all := endpointsFor(slices, p.Name, proto)
 		sp.ClusterEndpoints = clusterEndpoints(all, nodeName, zone)

@@ -43,7 +43,10 @@ type Config struct {
 	// NetNS, when set, is the path of a network namespace to program instead of the current
 	// one (tests, simulated hosts).
 	NetNS string
-	Log   *logrus.Entry
+	// HealthCheckAddress is the address the healthCheckNodePorts are served on; "" all of the
+	// host's (as kube-proxy).
+	HealthCheckAddress string
+	Log                *logrus.Entry
 	// Informers is the host's shared factory; nil makes one of its own. Run registers the
 	// Service, EndpointSlice and Node informers on it and starts them with its ctx, so give
 	// every user of one factory the host's context: an informer stops with the context of
@@ -171,10 +174,20 @@ func run(ctx context.Context, client kubernetes.Interface, cfg Config, backend s
 	}
 
 	sy := &syncer{backend: backend, compiler: &Compiler{}, svcs: svcInf.Lister(), eps: epsInf.Lister(), nodes: nodeInf.Lister(), nodeName: cfg.NodeName, changes: ch}
+	// The health check ports are served from this process, so only where it programs its own
+	// network namespace.
+	var health *healthChecks
+	if cfg.NetNS == "" {
+		health = newHealthChecks(cfg.HealthCheckAddress, log)
+		defer health.close()
+	}
 	syncOnce := func(full bool) error {
 		ds, took, err := sy.sync(full)
 		if ds == nil {
 			return err
+		}
+		if health != nil {
+			health.update(*ds)
 		}
 		recordSync(backend, full, *ds, took, err)
 		if err != nil {

@@ -212,6 +212,12 @@ func needsNodePorts(svc *corev1.Service) bool {
 		(svc.Spec.AllocateLoadBalancerNodePorts == nil || *svc.Spec.AllocateLoadBalancerNodePorts)
 }
 
+// needsHealthCheck: a LoadBalancer Service with externalTrafficPolicy Local has a
+// healthCheckNodePort, where each host's proxy reports whether it has local endpoints.
+func needsHealthCheck(svc *corev1.Service) bool {
+	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+}
+
 func serviceInvalid(name string, errs field.ErrorList) error {
 	return apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Service").GroupKind(), name, errs)
 }
@@ -323,6 +329,44 @@ func (s *serviceAllocators) assign(ctx context.Context, svc, old *corev1.Service
 			svc.Spec.Ports[i].NodePort = 0
 		}
 	}
+	oldHC := int32(0)
+	if old != nil && needsHealthCheck(old) {
+		oldHC = old.Spec.HealthCheckNodePort
+	}
+	if needsHealthCheck(svc) {
+		if svc.Spec.HealthCheckNodePort == 0 {
+			svc.Spec.HealthCheckNodePort = oldHC
+		}
+		hp := svc.Spec.HealthCheckNodePort
+		switch {
+		case hp != 0 && hp == oldHC:
+		case hp == 0:
+			off, err := s.ports.allocate(ctx, -1, dryRun)
+			if err != nil {
+				return fail(apierrors.NewInternalError(fmt.Errorf("allocate a health check node port: %w", err)))
+			}
+			svc.Spec.HealthCheckNodePort = int32(s.portMin + off)
+			if !dryRun {
+				rollback = append(rollback, func(ctx context.Context) { _ = s.ports.release(ctx, off) })
+			}
+		case int(hp) >= s.portMin && int(hp) <= s.portMax:
+			off := int(hp) - s.portMin
+			if _, err := s.ports.allocate(ctx, off, dryRun); err != nil {
+				if err == errTaken {
+					return fail(serviceInvalid(svc.Name, field.ErrorList{field.Invalid(field.NewPath("spec", "healthCheckNodePort"), hp,
+						"provided port is already allocated")}))
+				}
+				return fail(apierrors.NewInternalError(err))
+			}
+			if !dryRun {
+				rollback = append(rollback, func(ctx context.Context) { _ = s.ports.release(ctx, off) })
+			}
+		}
+	} else if old != nil && svc.Spec.HealthCheckNodePort == old.Spec.HealthCheckNodePort {
+		// As upstream: a Service that no longer needs the port loses it (one set by the
+		// writer where none is needed is left for validation to refuse).
+		svc.Spec.HealthCheckNodePort = 0
+	}
 	return rollback, nil
 }
 
@@ -342,9 +386,19 @@ func (s *serviceAllocators) releaseAll(ctx context.Context, svc, keep *corev1.Se
 			kept[p.NodePort] = true
 		}
 	}
+	if keep != nil && needsHealthCheck(keep) {
+		kept[keep.Spec.HealthCheckNodePort] = true
+	}
+	var held []int32
 	for _, p := range svc.Spec.Ports {
-		if p.NodePort != 0 && !kept[p.NodePort] && int(p.NodePort) >= s.portMin && int(p.NodePort) <= s.portMax {
-			_ = s.ports.release(ctx, int(p.NodePort)-s.portMin)
+		held = append(held, p.NodePort)
+	}
+	if needsHealthCheck(svc) {
+		held = append(held, svc.Spec.HealthCheckNodePort)
+	}
+	for _, port := range held {
+		if port != 0 && !kept[port] && int(port) >= s.portMin && int(port) <= s.portMax {
+			_ = s.ports.release(ctx, int(port)-s.portMin)
 		}
 	}
 }

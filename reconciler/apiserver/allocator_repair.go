@@ -58,9 +58,13 @@ func (s *serviceAllocators) repair(ctx context.Context, list func(ctx context.Co
 				}
 			}
 		}
+		held := []int32{svc.Spec.HealthCheckNodePort}
 		for _, p := range svc.Spec.Ports {
-			if p.NodePort != 0 && int(p.NodePort) >= s.portMin && int(p.NodePort) <= s.portMax {
-				ports[int(p.NodePort)-s.portMin] = true
+			held = append(held, p.NodePort)
+		}
+		for _, port := range held {
+			if port != 0 && int(port) >= s.portMin && int(port) <= s.portMax {
+				ports[int(port)-s.portMin] = true
 			}
 		}
 	}

@@ -127,4 +127,56 @@ func TestServiceIPAllocation(t *testing.T) {
 			t.Errorf("released node port not reusable: %v", err)
 		}
 	})
+
+	t.Run("health check node port: allocated for LoadBalancer with Local, 422 when taken, kept, wiped and released", func(t *testing.T) {
+		lb := svc("hc1", "", corev1.ServiceTypeLoadBalancer, 0)
+		lb.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		a1, err := c.CoreV1().Services("default").Create(ctx, lb, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hp := a1.Spec.HealthCheckNodePort
+		if hp < 30000 || hp > 32767 || hp == a1.Spec.Ports[0].NodePort {
+			t.Fatalf("healthCheckNodePort %d: want a port of 30000-32767 of its own (nodePort %d)", hp, a1.Spec.Ports[0].NodePort)
+		}
+		// Taken: as a node port and as another Service's health check port.
+		if _, err := c.CoreV1().Services("default").Create(ctx, svc("hc-np", "", corev1.ServiceTypeNodePort, hp), metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+			t.Errorf("node port taken by a health check port: %v, want 422", err)
+		}
+		lb2 := svc("hc2", "", corev1.ServiceTypeLoadBalancer, 0)
+		lb2.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		lb2.Spec.HealthCheckNodePort = hp
+		if _, err := c.CoreV1().Services("default").Create(ctx, lb2, metav1.CreateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.healthCheckNodePort") {
+			t.Errorf("taken health check port: %v, want 422 naming spec.healthCheckNodePort", err)
+		}
+		// Set where none is needed: refused.
+		np := svc("hc-cluster", "", corev1.ServiceTypeNodePort, 0)
+		np.Spec.HealthCheckNodePort = 31999
+		if _, err := c.CoreV1().Services("default").Create(ctx, np, metav1.CreateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.healthCheckNodePort") {
+			t.Errorf("healthCheckNodePort on a NodePort Service: %v, want 422 naming spec.healthCheckNodePort", err)
+		}
+		// An update that does not name it keeps it.
+		a1.Spec.HealthCheckNodePort = 0
+		a1.Labels = map[string]string{"touched": "yes"}
+		u, err := c.CoreV1().Services("default").Update(ctx, a1, metav1.UpdateOptions{})
+		if err != nil || u.Spec.HealthCheckNodePort != hp {
+			t.Fatalf("update without healthCheckNodePort: %v, port %d want %d", err, u.Spec.HealthCheckNodePort, hp)
+		}
+		// externalTrafficPolicy Cluster: wiped, and the port is free again.
+		u.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+		u, err = c.CoreV1().Services("default").Update(ctx, u, metav1.UpdateOptions{})
+		if err != nil || u.Spec.HealthCheckNodePort != 0 {
+			t.Fatalf("update to externalTrafficPolicy Cluster: %v, healthCheckNodePort %d want 0", err, u.Spec.HealthCheckNodePort)
+		}
+		b, err := c.CoreV1().Services("default").Create(ctx, lb2, metav1.CreateOptions{})
+		if err != nil || b.Spec.HealthCheckNodePort != hp {
+			t.Fatalf("released health check port not reusable: %v", err)
+		}
+		if err := c.CoreV1().Services("default").Delete(ctx, "hc2", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.CoreV1().Services("default").Create(ctx, svc("hc-np", "", corev1.ServiceTypeNodePort, hp), metav1.CreateOptions{}); err != nil {
+			t.Errorf("health check port of a deleted Service not reusable as a node port: %v", err)
+		}
+	})
 }

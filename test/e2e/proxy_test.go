@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/flotilla-dev/flotilla/internal/devsite"
@@ -182,6 +183,72 @@ func TestServicesDNSAndIngress(t *testing.T) {
 			if len(seen) != 1 {
 				t.Errorf("sessionAffinity ClientIP through %s spread one client over %d pods: %v", h.Name, len(seen), seen)
 			}
+		}
+	})
+
+	t.Run("healthCheckNodePort: every host reports its ready endpoints of a LoadBalancer Service with externalTrafficPolicy Local", func(t *testing.T) {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "hello-local", Namespace: "hello"},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "hello"},
+				ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
+				Ports:                 []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
+		svc, err := c.CoreV1().Services("hello").Create(context.Background(), svc, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			_ = c.CoreV1().Services("hello").Delete(context.Background(), "hello-local", metav1.DeleteOptions{})
+		}()
+		port := svc.Spec.HealthCheckNodePort
+		if port == 0 {
+			t.Fatalf("no healthCheckNodePort allocated: %+v", svc.Spec)
+		}
+		pods, err := c.CoreV1().Pods("hello").List(context.Background(), metav1.ListOptions{LabelSelector: "app=hello"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		local := map[string]int{}
+		for _, p := range pods.Items {
+			if _, ok := readyAt(&p); ok {
+				local[p.Spec.NodeName]++
+			}
+		}
+		without := 0
+		for _, h := range s.Hosts {
+			want, wantCode := local[h.Name], 200
+			if want == 0 {
+				wantCode, without = 503, without+1
+			}
+			url := fmt.Sprintf("http://%s:%d/healthz", h.IP, port)
+			waitFor(t, 30*time.Second, fmt.Sprintf("health check port of %s: %d, %d local endpoints", h.Name, wantCode, want), func() (bool, string) {
+				code, body, err := get(url, "")
+				return code == wantCode && strings.Contains(body, fmt.Sprintf(`"localEndpoints": %d,`, want)) &&
+					strings.Contains(body, `"name": "hello-local"`), fmt.Sprint(code, body, err)
+			})
+		}
+		if without == 0 {
+			t.Errorf("3 pods on %d hosts: no host was checked for 503 (%v)", len(s.Hosts), local)
+		}
+		t.Logf("health check port %d answered as the ready hello pods per host: %v", port, local)
+		// Cluster: the Service no longer has the port, and no host answers on it.
+		// (servicelb writes the status meanwhile: read the Service again on a conflict)
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := c.CoreV1().Services("hello").Get(context.Background(), "hello-local", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+			svc, err = c.CoreV1().Services("hello").Update(context.Background(), cur, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil || svc.Spec.HealthCheckNodePort != 0 {
+			t.Fatalf("externalTrafficPolicy Cluster: %v, healthCheckNodePort %d", err, svc.Spec.HealthCheckNodePort)
+		}
+		for _, h := range s.Hosts {
+			url := fmt.Sprintf("http://%s:%d/healthz", h.IP, port)
+			waitFor(t, 30*time.Second, "health check port of "+h.Name+" closed", func() (bool, string) {
+				code, body, err := get(url, "")
+				return err != nil, fmt.Sprint(code, body, err)
+			})
 		}
 	})
 
