@@ -61,6 +61,7 @@ const (
 	rDNAT                           // meta l4proto P dnat to ep
 	rDNATOneIn                      // meta l4proto P numgen random mod n == 0 dnat to ep
 	rDrop                           // drop
+	rReturnIfFrom                   // ip saddr cidr return
 )
 
 // rule is one rule of a dynamic chain, in a comparable, printable form; the nftables backend
@@ -107,6 +108,8 @@ func (r rule) String() string {
 		return fmt.Sprintf("meta l4proto %d numgen random mod %d == 0 dnat to %s", r.proto, r.n, r.ep)
 	case rDrop:
 		return "drop"
+	case rReturnIfFrom:
+		return fmt.Sprintf("ip saddr %s return", r.cidr)
 	}
 	return fmt.Sprintf("unknown rule kind %d", r.kind)
 }
@@ -445,12 +448,17 @@ func (f *fragment) removeFrom(rs *ruleset, refs *rulesetRefs) {
 // service-nodeports; a frontend is in those or in flat-vips, never both.
 //
 // A Service port without endpoints gets no chain: its frontends go into the no-endpoint sets,
-// whose filter rules reject new connections (TCP reset / ICMP port unreachable).
+// whose filter rules reject new connections (TCP reset / ICMP port unreachable). Its
+// firewalled load-balancer addresses also get a chain fw- in service-ips that drops the sources
+// outside the ranges first, as kube-proxy's firewall comes before that rejection (the rejection
+// of the host's own connections, in the output hook, comes first still).
 func renderPort(sp ServicePort, podCIDR netip.Prefix) *fragment {
 	f := &fragment{}
 	proto := protoNum(sp.Protocol)
 	f.clusterIPs = append(f.clusterIPs, sp.ClusterIP)
 	cvip := vipKey{sp.ClusterIP, proto, sp.Port}
+	h := shortHash(sp.Key)
+	readable := sp.Namespace + "/" + sp.Name + "/" + strings.ToLower(string(sp.Protocol)) + "/" + portLabel(sp)
 	if len(sp.ClusterEndpoints) == 0 {
 		f.noEPServices = append(f.noEPServices, cvip)
 		for _, ip := range sp.ExternalIPs {
@@ -459,10 +467,19 @@ func renderPort(sp ServicePort, podCIDR netip.Prefix) *fragment {
 		if sp.NodePort != 0 {
 			f.noEPNodePorts = append(f.noEPNodePorts, portKey{proto, sp.NodePort})
 		}
+		if len(sp.FirewallIPs) > 0 {
+			fw := nftName("fw", h, readable)
+			rules := make([]rule, 0, len(sp.SourceRanges)+1)
+			for _, r := range sp.SourceRanges {
+				rules = append(rules, rule{kind: rReturnIfFrom, cidr: r})
+			}
+			f.chains = append(f.chains, namedChain{fw, append(rules, rule{kind: rDrop})})
+			for _, ip := range sp.FirewallIPs {
+				f.serviceIPs = append(f.serviceIPs, vipEntry{vipKey{ip, proto, sp.Port}, fw})
+			}
+		}
 		return f
 	}
-	h := shortHash(sp.Key)
-	readable := sp.Namespace + "/" + sp.Name + "/" + strings.ToLower(string(sp.Protocol)) + "/" + portLabel(sp)
 	pick := func(eps []Endpoint) []rule { return pickInto(f, sp, h, proto, eps) }
 
 	internal := sp.ClusterEndpoints

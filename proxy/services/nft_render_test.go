@@ -115,6 +115,17 @@ func TestRender(t *testing.T) {
 			hairpin:   []string{"10.244.2.2"},
 		},
 		{
+			name:   "LoadBalancer with source ranges, no endpoints: the others dropped before the ranges are rejected",
+			svc:    mkSvc("web", "10.96.0.50", 80, nodePort(30080), loadBalancer("192.0.2.20", "198.51.100.0/24")),
+			chains: []string{"fw"},
+			rules: map[string][]string{
+				"fw-": {"ip saddr 198.51.100.0/24 return", "drop"},
+			},
+			serviceIP: map[string]string{"192.0.2.20/6/80": "fw-"},
+			noEP:      []string{"10.96.0.50/6/80", "192.0.2.20/6/80"},
+			noEPPorts: []string{"6/30080"},
+		},
+		{
 			name:  "externalTrafficPolicy Local without local endpoints: outside traffic dropped",
 			svc:   mkSvc("web", "10.96.0.50", 80, nodePort(30080), etpLocal),
 			eps:   []ep{remote},

@@ -1207,6 +1207,8 @@ func (b *batch) exprs(r rule) ([]expr.Any, error) {
 		}), nil
 	case rDrop:
 		return []expr.Any{verdict(expr.VerdictDrop, "")}, nil
+	case rReturnIfFrom:
+		return cat(saddrIn(r.cidr, false), []expr.Any{verdict(expr.VerdictReturn, "")}), nil
 	}
 	return nil, fmt.Errorf("unknown rule kind %d", r.kind)
 }

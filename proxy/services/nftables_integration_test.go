@@ -93,6 +93,16 @@ func TestNftablesDataplane(t *testing.T) {
 			t.Fatalf("a client outside the source ranges got %q from the load-balancer address", got)
 		}
 		want(t, tp.client, hostIP+":30080", "a 10.244.1.1")
+		// Without endpoints, as kube-proxy: a source in the ranges is refused at once, any other
+		// gets no answer (the firewall comes first).
+		apply(t, []*v1.Service{mkSvc("web", "10.96.0.50", 80, nodePort(30080), loadBalancer(hostIP, clientIP+"/32"))})
+		start := time.Now()
+		if _, err := dial(t, tp.client, hostIP+":80", 3*time.Second); err == nil || !strings.Contains(err.Error(), "refused") || time.Since(start) > time.Second {
+			t.Fatalf("a client in the source ranges, no endpoints: %v after %v, want connection refused at once", err, time.Since(start))
+		}
+		if _, err := dial(t, tp.podB, hostIP+":80", 700*time.Millisecond); err == nil || strings.Contains(err.Error(), "refused") {
+			t.Fatalf("a pod outside the source ranges, no endpoints: %v, want no answer at all", err)
+		}
 		// Without ranges, everyone again.
 		apply(t, []*v1.Service{mkSvc("web", "10.96.0.50", 80, nodePort(30080), loadBalancer(hostIP))}, oneA)
 		want(t, tp.client, hostIP+":80", "a 10.244.1.1")
