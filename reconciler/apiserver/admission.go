@@ -31,6 +31,8 @@ import (
 // NamespaceLifecycle. CertificateApproval and CertificateSigning (admission_certificates.go)
 // check approve and sign on the request's signer. StorageObjectInUseProtection
 // (admission_storageprotection.go) puts the in-use finalizers on new claims and volumes.
+// LimitRanger (admission_limitranger.go) defaults new pods' requests and limits from the
+// namespace's LimitRanges and refuses pods and claims outside their bounds.
 func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Interface, hooks webhookDeps, policies policyDeps, rb *rbac.Authorizer, authz authorizer.Authorizer, podSecurity *podSecurityPlugin) ([]admission.Interface, error) {
 	nsLifecycle, err := lifecycle.NewLifecycle(sets.New(SystemNamespaces...))
 	if err != nil {
@@ -45,6 +47,7 @@ func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Inter
 		newPlannerGuard(),
 		nsLifecycle,
 		newNodeRestriction(client),
+		newLimitRanger(f),
 		newServiceAccountAdmission(client, f),
 		podSecurity,
 		newNodeFeatureValidator(f),

@@ -208,7 +208,7 @@ func TestUnenforcedKindsWarner(t *testing.T) {
 		want                  string
 	}{
 		{"resourcequotas", "", &corev1.ResourceQuota{}, "ResourceQuota is stored but not enforced by flotilla: "},
-		{"limitranges", "", &corev1.LimitRange{}, "LimitRange is stored but not enforced by flotilla: "},
+		{"limitranges", "", &corev1.LimitRange{}, ""},
 		{"resourcequotas", "status", &corev1.ResourceQuota{}, ""},
 		{"configmaps", "", &corev1.ConfigMap{}, ""},
 	} {

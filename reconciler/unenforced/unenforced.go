@@ -33,8 +33,6 @@ func (k Kind) GroupVersionResource() schema.GroupVersionResource {
 var Kinds = []Kind{
 	{corev1.Resource("resourcequotas"), "v1", "ResourceQuota",
 		"no quota admission or quota controller runs, so objects are created whatever the quota allows and status.used is never filled"},
-	{corev1.Resource("limitranges"), "v1", "LimitRange",
-		"no LimitRanger admission runs, so pods get no default requests or limits from it and are not checked against its minimum and maximum"},
 }
 
 // Message is the warning and event message for k.
