@@ -79,10 +79,14 @@ func (l *limitRanger) target(a admission.Attributes) (*corev1.Pod, *corev1.Persi
 	return nil, nil, nil
 }
 
-func (l *limitRanger) limitRanges(namespace string) ([]*corev1.LimitRange, error) {
-	items, err := l.lister.LimitRanges(namespace).List(labels.Everything())
+// limitRanges are the LimitRanges of the request's namespace, once the informer has them all.
+func (l *limitRanger) limitRanges(a admission.Attributes) ([]*corev1.LimitRange, error) {
+	if !l.WaitForReady() {
+		return nil, admission.NewForbidden(a, fmt.Errorf("not yet ready to handle request"))
+	}
+	items, err := l.lister.LimitRanges(a.GetNamespace()).List(labels.Everything())
 	if err != nil {
-		return nil, apierrors.NewInternalError(fmt.Errorf("list the LimitRanges of namespace %s: %w", namespace, err))
+		return nil, apierrors.NewInternalError(fmt.Errorf("list the LimitRanges of namespace %s: %w", a.GetNamespace(), err))
 	}
 	// The same order on every call: the first LimitRange (by name) to give a default wins.
 	slices.SortFunc(items, func(a, b *corev1.LimitRange) int { return strings.Compare(a.Name, b.Name) })
@@ -95,10 +99,7 @@ func (l *limitRanger) Admit(_ context.Context, a admission.Attributes, _ admissi
 	if pod == nil || err != nil {
 		return err
 	}
-	if !l.WaitForReady() {
-		return admission.NewForbidden(a, fmt.Errorf("not yet ready to handle request"))
-	}
-	lrs, err := l.limitRanges(a.GetNamespace())
+	lrs, err := l.limitRanges(a)
 	if err != nil {
 		return err
 	}
@@ -112,10 +113,7 @@ func (l *limitRanger) Validate(_ context.Context, a admission.Attributes, _ admi
 	if (pod == nil && pvc == nil) || err != nil {
 		return err
 	}
-	if !l.WaitForReady() {
-		return admission.NewForbidden(a, fmt.Errorf("not yet ready to handle request"))
-	}
-	lrs, err := l.limitRanges(a.GetNamespace())
+	lrs, err := l.limitRanges(a)
 	if err != nil {
 		return err
 	}
