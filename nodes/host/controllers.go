@@ -25,6 +25,7 @@ import (
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/podautoscaler"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/policyinventory"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/replicaset"
+	"github.com/flotilla-dev/flotilla/reconciler/controllers/resourcequota"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/rootca"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/serviceaccount"
 	"github.com/flotilla-dev/flotilla/reconciler/controllers/servicelb"
@@ -65,6 +66,7 @@ func controllerList(cfg Config) []controllers.Named {
 		{Name: "garbagecollector", New: func(c *controllers.Context) (controllers.Runner, error) { return garbagecollector.New(c) }, Workers: 3},
 		{Name: "endpointslice", New: endpointslice.New, Workers: 3},
 		{Name: "disruption", New: disruption.New, Workers: 2},
+		{Name: "resourcequota", New: resourcequota.New, Workers: 2},
 		{Name: "nodelifecycle", New: func(c *controllers.Context) (controllers.Runner, error) {
 			nc := nodelifecycle.DefaultConfig()
 			if cfg.NodeMonitorGracePeriod > 0 {

@@ -32,7 +32,9 @@ import (
 // check approve and sign on the request's signer. StorageObjectInUseProtection
 // (admission_storageprotection.go) puts the in-use finalizers on new claims and volumes.
 // LimitRanger (admission_limitranger.go) defaults new pods' requests and limits from the
-// namespace's LimitRanges and refuses pods and claims outside their bounds.
+// namespace's LimitRanges and refuses pods and claims outside their bounds. ResourceQuota
+// (admission_resourcequota.go) is the very last, as upstream: it charges the write to the
+// namespace's quotas only once everything else has let it through.
 func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Interface, hooks webhookDeps, policies policyDeps, rb *rbac.Authorizer, authz authorizer.Authorizer, podSecurity *podSecurityPlugin) ([]admission.Interface, error) {
 	nsLifecycle, err := lifecycle.NewLifecycle(sets.New(SystemNamespaces...))
 	if err != nil {
@@ -75,7 +77,11 @@ func admissionPlugins(f informers.SharedInformerFactory, client kubernetes.Inter
 	if err != nil {
 		return nil, err
 	}
-	return append(append(plugins, mutatingPolicies, vap), webhooks...), nil
+	quotas, err := resourceQuotaPlugin(f, client, policies.drained)
+	if err != nil {
+		return nil, err
+	}
+	return append(append(append(plugins, mutatingPolicies, vap), webhooks...), quotas), nil
 }
 
 // reinvokingChain runs the mutating plugins of chain a second time when a mutating webhook or

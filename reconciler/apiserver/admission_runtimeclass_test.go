@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	nodelisters "k8s.io/client-go/listers/node/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/flotilla-dev/flotilla/reconciler/unenforced"
 )
 
 // warnings collects the warnings admission adds to a request.
@@ -201,6 +203,10 @@ func TestMergeTolerations(t *testing.T) {
 }
 
 func TestUnenforcedKindsWarner(t *testing.T) {
+	// No kind is unenforced any more: the test stands ResourceQuota in for one.
+	saved := unenforced.Kinds
+	unenforced.Kinds = []unenforced.Kind{{Resource: corev1.Resource("resourcequotas"), Version: "v1", Kind: "ResourceQuota", Effect: "test"}}
+	t.Cleanup(func() { unenforced.Kinds = saved })
 	w := newUnenforcedKindsWarner()
 	for _, tc := range []struct {
 		resource, subresource string

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/defaults"
+	"github.com/flotilla-dev/flotilla/reconciler/quota"
 )
 
 // applyKindHooks adds the per-kind normalisation that Kubernetes' own strategies do.
@@ -29,7 +30,7 @@ func applyKindHooks(s *strategy) {
 	case "Pod":
 		s.prepareCreate = func(ctx context.Context, obj runtime.Object) {
 			pod := obj.(*corev1.Pod)
-			pod.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: qosClass(pod)}
+			pod.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: quota.PodQOSClass(pod)}
 			addDefaultTolerations(pod, s.defaultTolerationSeconds)
 			applySchedulingGatedCondition(pod)
 		}
@@ -174,32 +175,6 @@ func setNamespaceNameLabel(ns *corev1.Namespace) {
 		ns.Labels = map[string]string{}
 	}
 	ns.Labels[corev1.LabelMetadataName] = ns.Name
-}
-
-// qosClass computes status.qosClass from the containers' requests and limits.
-func qosClass(pod *corev1.Pod) corev1.PodQOSClass {
-	containers := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
-	anySet, guaranteed := false, true
-	for _, c := range containers {
-		for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-			req, hasReq := c.Resources.Requests[res]
-			lim, hasLim := c.Resources.Limits[res]
-			if hasReq || hasLim {
-				anySet = true
-			}
-			if !hasLim || (hasReq && req.Cmp(lim) != 0) {
-				guaranteed = false
-			}
-		}
-	}
-	switch {
-	case !anySet:
-		return corev1.PodQOSBestEffort
-	case guaranteed:
-		return corev1.PodQOSGuaranteed
-	default:
-		return corev1.PodQOSBurstable
-	}
 }
 
 // podDeleteStrategy makes pod deletion graceful: a pod bound to a node keeps running for its

@@ -28,12 +28,11 @@ func (k Kind) GroupVersionResource() schema.GroupVersionResource {
 }
 
 // Kinds lists the kinds whose creation and update are answered with a warning, so that
-// `kubectl apply` prints "Warning: ResourceQuota is stored but not enforced by flotilla: ...",
-// and that get a NotEnforced event. Remove an entry in the change that implements the kind.
-var Kinds = []Kind{
-	{corev1.Resource("resourcequotas"), "v1", "ResourceQuota",
-		"no quota admission or quota controller runs, so objects are created whatever the quota allows and status.used is never filled"},
-}
+// `kubectl apply` prints "Warning: <Kind> is stored but not enforced by flotilla: ...", and
+// that get a NotEnforced event. Remove an entry in the change that implements the kind. None
+// is left: the last one, ResourceQuota, is enforced by the API's ResourceQuota admission and
+// the resourcequota controller.
+var Kinds = []Kind{}
 
 // Message is the warning and event message for k.
 func Message(k Kind) string {

@@ -180,14 +180,4 @@ spec: {scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: ssa}, maxRe
 	} else if got := a.MustKubectl("", "get", "hpa.v1.autoscaling", "api", "-o", "jsonpath={.status.desiredReplicas}"); got != "3" {
 		t.Errorf("status read as v1: desiredReplicas %q, want 3", got)
 	}
-
-	// Kinds stored but not enforced: kubectl prints the warning.
-	_, errOut, err = a.Kubectl(`apiVersion: v1
-kind: ResourceQuota
-metadata: {name: compute, namespace: default}
-spec: {hard: {pods: "10"}}
-`, "apply", "-f", "-")
-	if err != nil || !strings.Contains(errOut, "Warning: ResourceQuota is stored but not enforced by flotilla: ") {
-		t.Errorf("ResourceQuota apply: %v, want the warning:\n%s", err, errOut)
-	}
 }

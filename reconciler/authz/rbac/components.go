@@ -266,6 +266,12 @@ var controllerPolicies = map[string][]rbacv1.PolicyRule{
 		rule(verbs("update"), policyGroup, "poddisruptionbudgets/status"),
 		rule(verbs("get"), "*", "*/scale"),
 	},
+	// resourcequota/controller.go: UpdateStatus of ResourceQuotas (status.hard and
+	// status.used). It reads the quotas and what they count through the shared informers,
+	// typed or metadata-only, whatever the kind (count/<resource>.<group>).
+	"resourcequota": {
+		rule(verbs("update"), coreGroup, "resourcequotas/status"),
+	},
 	// reconciler/scheduler: pods Bind (pods/binding), Patch of pods/status (PodScheduled
 	// False), Patch of the claims of pods waiting for a consumer (selected node).
 	schedulerController: {

@@ -13,7 +13,7 @@ import (
 // hostControllers are the controllers the hosts run (controllerList of nodes/host).
 var hostControllers = []string{"gitsync", "replicaset", "deployment", "statefulset", "daemonset", "job", "cronjob",
 	"podautoscaler", "servicelb", "volumebinding", "volumeprotection", "ephemeralvolume", "localvolume", "serviceaccount", "unenforced", "policyinventory",
-	"garbagecollector", "endpointslice", "nodelifecycle", "scheduler", "nodeipam", "namespace", "disruption", "csrsigning", "csrapproving"}
+	"garbagecollector", "endpointslice", "nodelifecycle", "scheduler", "nodeipam", "namespace", "disruption", "csrsigning", "csrapproving", "resourcequota"}
 
 func TestControllerNames(t *testing.T) {
 	names := ControllerNames()
@@ -264,6 +264,7 @@ func TestComponentCalls(t *testing.T) {
 			{"update", "policy", "poddisruptionbudgets/status", "ns1", "pdb"},
 			{"get", apps, "deployments/scale", "ns1", "d"}, {"get", "example.com", "widgets/scale", "ns1", "w"},
 		},
+		ControllerUser("resourcequota"): {{"update", core, "resourcequotas/status", "ns1", "q"}},
 		SchedulerUser: {
 			{"create", core, "pods/binding", "ns1", "p"}, {"patch", core, "pods/status", "ns1", "p"},
 			{"patch", core, "persistentvolumeclaims", "ns1", "c"},
@@ -401,6 +402,8 @@ func TestComponentLimits(t *testing.T) {
 		{"disruption updates budgets", ctrl("disruption"), call{"update", "policy", "poddisruptionbudgets", "ns1", "pdb"}, false},
 		{"disruption updates scale", ctrl("disruption"), call{"update", apps, "deployments/scale", "ns1", "d"}, false},
 		{"disruption evicts", ctrl("disruption"), call{"create", core, "pods/eviction", "ns1", "p"}, false},
+		{"resourcequota updates quotas", ctrl("resourcequota"), call{"update", core, "resourcequotas", "ns1", "q"}, false},
+		{"resourcequota lists pods itself", ctrl("resourcequota"), call{"list", core, "pods", "ns1", ""}, false},
 		{"disruption gets pods itself", ctrl("disruption"), call{"get", core, "pods", "ns1", "p"}, false},
 		{"podautoscaler updates deployments", ctrl("podautoscaler"), call{"update", apps, "deployments", "ns1", "d"}, false},
 		{"podautoscaler reads node metrics", ctrl("podautoscaler"), call{"list", "metrics.k8s.io", "nodes", "", ""}, false},

@@ -35,15 +35,20 @@ import (
 	"github.com/flotilla-dev/flotilla/test/framework"
 )
 
-// csrKind stands for a cluster-scoped kind: none is unenforced since csrsigning signs
-// CertificateSigningRequests, so the tests add it to unenforced.Kinds (withClusterKind).
-var csrKind = unenforced.Kind{Resource: certificatesv1.Resource("certificatesigningrequests"), Version: "v1",
-	Kind: "CertificateSigningRequest", Effect: "test: a cluster-scoped kind"}
+// quotaKind and csrKind stand for a namespaced and a cluster-scoped kind: no kind is
+// unenforced since ResourceQuotas are enforced and csrsigning signs CertificateSigningRequests,
+// so the tests add them to unenforced.Kinds (withTestKinds).
+var (
+	quotaKind = unenforced.Kind{Resource: corev1.Resource("resourcequotas"), Version: "v1",
+		Kind: "ResourceQuota", Effect: "test: a namespaced kind"}
+	csrKind = unenforced.Kind{Resource: certificatesv1.Resource("certificatesigningrequests"), Version: "v1",
+		Kind: "CertificateSigningRequest", Effect: "test: a cluster-scoped kind"}
+)
 
-// withClusterKind adds csrKind to unenforced.Kinds until the test ends.
-func withClusterKind(t *testing.T) {
+// withTestKinds adds quotaKind and csrKind to unenforced.Kinds until the test ends.
+func withTestKinds(t *testing.T) {
 	saved := unenforced.Kinds
-	unenforced.Kinds = append(slices.Clone(saved), csrKind)
+	unenforced.Kinds = append(slices.Clone(saved), quotaKind, csrKind)
 	t.Cleanup(func() { unenforced.Kinds = saved })
 }
 
@@ -71,7 +76,7 @@ func object(k unenforced.Kind, ns, name, rv string, generation int64) *metav1.Pa
 // cluster-scoped CertificateSigningRequest, here without a generation, gets it on create and
 // on every change.
 func TestUnenforcedEvents(t *testing.T) {
-	withClusterKind(t)
+	withTestKinds(t)
 	quota, clusterRole := kind(t, "ResourceQuota"), kind(t, "CertificateSigningRequest")
 	scheme := runtime.NewScheme()
 	metav1.AddMetaToScheme(scheme)
@@ -168,7 +173,7 @@ func TestUnenforcedEvents(t *testing.T) {
 // CertificateSigningRequest (cluster-scoped) gets it in namespace default, and a
 // Service with the topology-mode annotation gets the API's warning and the event.
 func TestUnenforcedEventsAgent(t *testing.T) {
-	withClusterKind(t)
+	withTestKinds(t)
 	a, client, c := controllertest.StartController(t, unenforcedcontroller.NewController)
 	controllertest.Eventually(t, 30*time.Second, "informers synced", func() (bool, error) { return c.HasSynced(), nil })
 	ctx := context.Background()
