@@ -132,7 +132,9 @@ spec:
 
 	// Object counts: a legacy kind and an apps one, whose count the controller learns from
 	// discovery.
-	cm := func(name string) *corev1.ConfigMap { return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+	cm := func(name string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	}
 	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, cm("one"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
