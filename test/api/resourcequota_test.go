@@ -189,6 +189,17 @@ spec: {hard: {count/widgets.example.com: "1", pods: "10"}}
 		t.Errorf("no UnknownResource event on the quota counting widgets.example.com: %v", err)
 	}
 
+	// A pod that finished no longer counts for "pods" and its requests.
+	b, err := c.CoreV1().Pods(ns).Get(ctx, "b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Status.Phase = corev1.PodSucceeded
+	if _, err := c.CoreV1().Pods(ns).UpdateStatus(ctx, b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUsed(ctx, t, c, ns, "compute", map[string]string{"pods": "1", "requests.cpu": "750m"})
+
 	// Another namespace is not limited.
 	if _, err := c.CoreV1().Pods("default").Create(ctx, pod("free", ""), metav1.CreateOptions{}); err != nil {
 		t.Errorf("pod in a namespace without quota: %v", err)

@@ -161,6 +161,12 @@ func (c *Controller) usageHandler(gr schema.GroupResource) cache.ResourceEventHa
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.enqueueNamespace(namespace(obj)) },
 		UpdateFunc: func(old, cur any) {
+			// Most updates are pods' status, mostly in namespaces without quotas: look at the
+			// namespace's quotas (an index lookup) before measuring anything.
+			ns := namespace(cur)
+			if qs, err := c.quotas.ResourceQuotas(ns).List(labels.Everything()); err != nil || len(qs) == 0 {
+				return
+			}
 			e := c.registry.Get(gr)
 			o, ok1 := old.(runtime.Object)
 			n, ok2 := cur.(runtime.Object)
@@ -170,7 +176,7 @@ func (c *Controller) usageHandler(gr schema.GroupResource) cache.ResourceEventHa
 			ou, err1 := e.Usage(o)
 			nu, err2 := e.Usage(n)
 			if err1 != nil || err2 != nil || !quotav1.Equals(ou, nu) || deadlineChanged(o, n) {
-				c.enqueueNamespace(namespace(cur))
+				c.enqueueNamespace(ns)
 			}
 		},
 		DeleteFunc: func(obj any) { c.enqueueNamespace(namespace(obj)) },
