@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -65,16 +66,58 @@ func TestVoterRestartLoop(t *testing.T) {
 	}
 	// A member that replays a refused membership change after a restart dials a member that
 	// never existed; etcd says so in these words.
+	logs := map[string]string{}
 	for _, h := range s.Hosts {
-		for _, bad := range []string{"ID mismatch", "failed to find remote peer", "Validation on configuration change failed"} {
-			if n := strings.Count(h.Logs(), bad); n > 0 {
-				t.Errorf("%s logged %q %d times: etcd's membership is not what its members dial", h.Name, bad, n)
-			}
-		}
+		logs[h.Name] = h.Logs()
+	}
+	for name, n := range membershipErrors(logs) {
+		t.Errorf("%s: %s: etcd's membership is not what its members dial", name, n)
 	}
 	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
 	framework.Figure(t, "%d voter restarts (SIGTERM and kill -9 alternating); site healthy again after p50 %s, max %s",
 		len(took), took[len(took)/2].Round(100*time.Millisecond), took[len(took)-1].Round(100*time.Millisecond))
+}
+
+var (
+	ownMemberID = regexp.MustCompile(`local-member-id=([0-9a-f]+)`)
+	unknownPeer = regexp.MustCompile(`failed to find remote peer.*remote-peer-id-from=([0-9a-f]+)`)
+)
+
+// membershipErrors counts, per host, etcd's words for a membership its members disagree on:
+// "ID mismatch", a refused configuration change, and a stream from a peer that is not one of
+// the site's members ("failed to find remote peer" naming an ID no host's member has). A
+// stream from a real member that this one does not know yet is not counted: a member that
+// joined a moment ago dials the others before they all have applied its addition (etcd's
+// case of a member that "falls behind of the cluster").
+func membershipErrors(logs map[string]string) map[string]string {
+	members := map[string]bool{}
+	for _, l := range logs {
+		for _, m := range ownMemberID.FindAllStringSubmatch(l, -1) {
+			members[m[1]] = true
+		}
+	}
+	out := map[string]string{}
+	for name, l := range logs {
+		var found []string
+		for _, bad := range []string{"ID mismatch", "Validation on configuration change failed"} {
+			if n := strings.Count(l, bad); n > 0 {
+				found = append(found, fmt.Sprintf("%q %d times", bad, n))
+			}
+		}
+		strangers := 0
+		for _, m := range unknownPeer.FindAllStringSubmatch(l, -1) {
+			if !members[m[1]] {
+				strangers++
+			}
+		}
+		if strangers > 0 {
+			found = append(found, fmt.Sprintf("\"failed to find remote peer\" naming no member %d times", strangers))
+		}
+		if len(found) > 0 {
+			out[name] = strings.Join(found, ", ")
+		}
+	}
+	return out
 }
 
 // siteHealthy waits until the site is healthy again after h restarted at since (see
@@ -144,5 +187,31 @@ func siteHealthy(t *testing.T, s *devsite.Site, c kubernetes.Interface, h *devsi
 	waitPod(t, c, p.Name, 2*time.Minute, "Ready on the restarted host", podReady)
 	if err := c.CoreV1().Pods("default").Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete pod %s: %v", p.Name, err)
+	}
+}
+
+// membershipErrors tells a stream from a member that joined a moment ago (not counted) from
+// one naming an ID no host's member has, and counts etcd's other words for a membership the
+// members disagree on.
+func TestMembershipErrors(t *testing.T) {
+	logs := map[string]string{
+		"host-1": `level=info msg="added member" local-member-id=aaaa1111
+level=warning msg="failed to find remote peer in cluster" local-member-id=aaaa1111 remote-peer-id-stream-handler=aaaa1111 remote-peer-id-from=cccc3333 cluster-id=f00d
+`,
+		"host-2": `level=info msg=started local-member-id=bbbb2222
+level=warning msg="failed to find remote peer in cluster" local-member-id=bbbb2222 remote-peer-id-stream-handler=bbbb2222 remote-peer-id-from=dead0000 cluster-id=f00d
+level=warning msg="failed to find remote peer in cluster" local-member-id=bbbb2222 remote-peer-id-stream-handler=bbbb2222 remote-peer-id-from=dead0000 cluster-id=f00d
+`,
+		"host-3": `level=info msg=started local-member-id=cccc3333
+level=error msg="request cluster ID mismatch" local-member-id=cccc3333
+`,
+	}
+	got := membershipErrors(logs)
+	want := map[string]string{
+		"host-2": `"failed to find remote peer" naming no member 2 times`,
+		"host-3": `"ID mismatch" 1 times`,
+	}
+	if len(got) != len(want) || got["host-2"] != want["host-2"] || got["host-3"] != want["host-3"] {
+		t.Errorf("membershipErrors = %q, want %q", got, want)
 	}
 }
