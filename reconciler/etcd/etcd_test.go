@@ -2,11 +2,18 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -172,5 +179,90 @@ func TestQuietWatchLearnsTheRevision(t *testing.T) {
 		case <-deadline:
 			t.Fatalf("the quiet watch did not learn revision %d within %s", want, 5*WatchProgressNotifyInterval)
 		}
+	}
+}
+
+// TestHTTPEndpointsOnTheirOwnSocket: the client URL serves gRPC alone (with gRPC's own
+// server), and etcd's HTTP endpoints answer on a Unix socket in the member's data directory,
+// to a client with a certificate of the site's CA only. A socket left behind by a member
+// that did not stop cleanly does not keep it from starting again.
+func TestHTTPEndpointsOnTheirOwnSocket(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ca, m, cli := startMember(ctx, t, dir)
+	if _, err := cli.Put(ctx, "/registry/k", "v"); err != nil {
+		t.Fatalf("gRPC on the client URL: %v", err)
+	}
+	cliCert, cliKey, err := ca.Ensure(pki.Request{Name: "etcd-client", CommonName: "test", Usage: pki.Client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.LoadX509KeyPair(cliCert, cliKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	caPEM, err := os.ReadFile(ca.CertFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.AppendCertsFromPEM(caPEM)
+	sock := filepath.Join(m.cfg.DataDir, "http.sock")
+	get := func(certs []tls.Certificate, dial func(ctx context.Context, _, _ string) (net.Conn, error), url string) (string, error) {
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dial,
+			TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: certs, ServerName: "127.0.0.1"}}}
+		resp, err := c.Get(url)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return fmt.Sprintf("%d %s", resp.StatusCode, b), err
+	}
+	onSocket := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}
+	health := func() (string, error) { return get([]tls.Certificate{pair}, onSocket, "https://127.0.0.1/health") }
+	got, err := health()
+	if err != nil || !strings.HasPrefix(got, "200 ") || !strings.Contains(got, `"health":"true"`) {
+		t.Fatalf("/health on %s: %q, %v", sock, got, err)
+	}
+	if got, err := get(nil, onSocket, "https://127.0.0.1/health"); err == nil {
+		t.Fatalf("/health on the socket without a client certificate answered %q", got)
+	}
+	if got, err := get([]tls.Certificate{pair}, nil, m.ClientURLs()[0]+"/health"); err == nil {
+		t.Fatalf("the client URL answered HTTP: %q", got)
+	}
+
+	// Stopped without cleaning up (kill -9), the member leaves its socket file behind.
+	m.Close()
+	l, err := net.Listen("unix", sock)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("Close left the socket %s", sock)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	_ = l.Close()
+	m2, err := Start(ctx, m.cfg)
+	if err != nil {
+		t.Fatalf("restart with a stale socket: %v", err)
+	}
+	t.Cleanup(m2.Close)
+	if got, err := health(); err != nil || !strings.HasPrefix(got, "200 ") {
+		t.Fatalf("/health after the restart: %q, %v", got, err)
+	}
+}
+
+// TestHTTPURLOfADeepDataDirectory: a data directory too deep for a Unix socket's path gets
+// a loopback port instead.
+func TestHTTPURLOfADeepDataDirectory(t *testing.T) {
+	if u := httpURL("/var/lib/flotilla/etcd"); u.String() != "unixs:///var/lib/flotilla/etcd/http.sock" {
+		t.Errorf("httpURL of a short directory: %s", u.String())
+	}
+	deep := "/" + strings.Repeat("d", 100)
+	if u := httpURL(deep); u.String() != "https://127.0.0.1:0" {
+		t.Errorf("httpURL of %d characters: %s", len(deep), u.String())
 	}
 }
