@@ -239,6 +239,9 @@ const maxUnixPath = 107
 // its client URL; a data directory too deep for a socket's path gets a loopback port the
 // kernel picks instead.
 func httpURL(dataDir string) url.URL {
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs // a URL's path is absolute
+	}
 	if p := filepath.Join(dataDir, "http.sock"); len(p) <= maxUnixPath {
 		return url.URL{Scheme: "unixs", Path: p}
 	}

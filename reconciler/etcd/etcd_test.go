@@ -261,6 +261,13 @@ func TestHTTPURLOfADeepDataDirectory(t *testing.T) {
 	if u := httpURL("/var/lib/flotilla/etcd"); u.String() != "unixs:///var/lib/flotilla/etcd/http.sock" {
 		t.Errorf("httpURL of a short directory: %s", u.String())
 	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := httpURL("etcd"); u.Path != filepath.Join(wd, "etcd", "http.sock") && u.Host == "" {
+		t.Errorf("httpURL of a relative directory: %s", u.String())
+	}
 	deep := "/" + strings.Repeat("d", 100)
 	if u := httpURL(deep); u.String() != "https://127.0.0.1:0" {
 		t.Errorf("httpURL of %d characters: %s", len(deep), u.String())
