@@ -16,17 +16,24 @@ func TestBannedHostIsIgnored(t *testing.T) {
 	if _, err := b.Join([]string{HostPort("127.0.0.1", a.cfg.BindPort)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	// The banned host contacts both: b learns of it by the join's state exchange, not only
-	// by gossip relayed at random (which could all go to a, which drops it).
-	if _, err := c.Join([]string{HostPort("127.0.0.1", a.cfg.BindPort), HostPort("127.0.0.1", b.cfg.BindPort)}, nil); err != nil {
-		t.Fatal(err)
-	}
 	names := func(m *Membership) map[string]bool {
 		out := map[string]bool{}
 		for _, n := range m.ml.Members() {
 			out[n.Name] = true
 		}
 		return out
+	}
+	// Join returns once b has a's state; a merges b's state after answering, in its own
+	// goroutine. Wait for it, so that what a lists at the end is a's reaction to the ban.
+	for deadline := time.Now().Add(10 * time.Second); !names(a)["b"]; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s a does not list b, which joined it: %v", names(a))
+		}
+	}
+	// The banned host contacts both: b learns of it by the join's state exchange, not only
+	// by gossip relayed at random (which could all go to a, which drops it).
+	if _, err := c.Join([]string{HostPort("127.0.0.1", a.cfg.BindPort), HostPort("127.0.0.1", b.cfg.BindPort)}, nil); err != nil {
+		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for a.refused.Load() == 0 || !names(b)["removed"] {
