@@ -3,7 +3,6 @@ package etcd
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/flotilla-dev/flotilla/internal/etcdtest"
@@ -198,20 +198,17 @@ func TestHTTPEndpointsOnTheirOwnSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pair, err := tls.LoadX509KeyPair(cliCert, cliKey)
+	withCert, err := transport.TLSInfo{CertFile: cliCert, KeyFile: cliKey, TrustedCAFile: ca.CertFile(), ServerName: "127.0.0.1"}.ClientConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	caPEM, err := os.ReadFile(ca.CertFile())
+	withoutCert, err := transport.TLSInfo{TrustedCAFile: ca.CertFile(), ServerName: "127.0.0.1"}.ClientConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool.AppendCertsFromPEM(caPEM)
 	sock := filepath.Join(m.cfg.DataDir, "http.sock")
-	get := func(certs []tls.Certificate, dial func(ctx context.Context, _, _ string) (net.Conn, error), url string) (string, error) {
-		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dial,
-			TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: certs, ServerName: "127.0.0.1"}}}
+	get := func(tc *tls.Config, dial func(ctx context.Context, _, _ string) (net.Conn, error), url string) (string, error) {
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dial, TLSClientConfig: tc}}
 		resp, err := c.Get(url)
 		if err != nil {
 			return "", err
@@ -223,15 +220,15 @@ func TestHTTPEndpointsOnTheirOwnSocket(t *testing.T) {
 	onSocket := func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}
-	health := func() (string, error) { return get([]tls.Certificate{pair}, onSocket, "https://127.0.0.1/health") }
+	health := func() (string, error) { return get(withCert, onSocket, "https://127.0.0.1/health") }
 	got, err := health()
 	if err != nil || !strings.HasPrefix(got, "200 ") || !strings.Contains(got, `"health":"true"`) {
 		t.Fatalf("/health on %s: %q, %v", sock, got, err)
 	}
-	if got, err := get(nil, onSocket, "https://127.0.0.1/health"); err == nil {
+	if got, err := get(withoutCert, onSocket, "https://127.0.0.1/health"); err == nil {
 		t.Fatalf("/health on the socket without a client certificate answered %q", got)
 	}
-	if got, err := get([]tls.Certificate{pair}, nil, m.ClientURLs()[0]+"/health"); err == nil {
+	if got, err := get(withCert, nil, m.ClientURLs()[0]+"/health"); err == nil {
 		t.Fatalf("the client URL answered HTTP: %q", got)
 	}
 
