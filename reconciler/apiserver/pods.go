@@ -17,6 +17,7 @@ import (
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage"
+	storeerr "k8s.io/apiserver/pkg/storage/errors"
 )
 
 var podsResource = corev1.Resource("pods")
@@ -86,7 +87,8 @@ func (r *bindingREST) Create(ctx context.Context, name string, obj runtime.Objec
 			return pod, nil
 		}), false, nil)
 	if err != nil {
-		return nil, err
+		// 404 for a missing pod, 409 for another object of the name (the UID precondition).
+		return nil, storeerr.InterpretUpdateError(err, podsResource, name)
 	}
 	return &metav1.Status{Status: metav1.StatusSuccess, Code: 201}, nil
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	aggregated "k8s.io/apiserver/pkg/endpoints/discovery/aggregated"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/registry/generic"
@@ -267,7 +268,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create API server: %w", err)
 	}
-	if err := installAPIs(generic, scheme, codecs, gc.RESTOptionsGetter, cfg.Validation, cfg.DefaultTolerationSeconds, cfg.EventTTL, cfg.Nodes, authDeps{redactionKey: cfg.RedactionKey, tokens: auth.tokens}); err != nil {
+	if err := installAPIs(generic, scheme, codecs, gc.RESTOptionsGetter, cfg.Validation, cfg.DefaultTolerationSeconds, cfg.EventTTL, cfg.Nodes, authDeps{redactionKey: cfg.RedactionKey, tokens: auth.tokens,
+		authz: gc.Authorization.Authorizer, admit: gc.AdmissionControl}); err != nil {
 		return nil, err
 	}
 	if err := installReviewAPIs(generic, scheme, codecs, gc.Authentication.Authenticator, gc.Authentication.APIAudiences, gc.Authorization.Authorizer, auth.rbac); err != nil {
@@ -331,6 +333,10 @@ func (s *Server) Run(ctx context.Context) error {
 type authDeps struct {
 	redactionKey []byte
 	tokens       *TokenIssuer
+	// authz and admit authorize and admit each binding of a BindingBatch as a pods/binding
+	// create of its own.
+	authz authorizer.Authorizer
+	admit admission.Interface
 }
 
 // installAPIs creates the storage of every served resource and installs the API groups.
@@ -391,7 +397,10 @@ func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, c
 		stores[schema.GroupResource{Group: "storage.k8s.io", Resource: "storageclasses"}].Store)
 	core := groups[""].VersionedResourcesStorageMap["v1"]
 	podStore := stores[corev1.Resource("pods")]
-	core["pods/binding"] = &bindingREST{pods: podStore.Store}
+	binding := &bindingREST{pods: podStore.Store}
+	core["pods/binding"] = binding
+	groups[flotillav1alpha1.GroupName].VersionedResourcesStorageMap[flotillav1alpha1.SchemeGroupVersion.Version]["bindingbatches"] =
+		&bindingBatchREST{binding: binding, authz: ad.authz, admit: ad.admit, objects: admission.NewObjectInterfacesFromScheme(scheme)}
 	core["pods/eviction"] = &evictionREST{pods: podStore.Store, pdbs: stores[schema.GroupResource{Group: "policy", Resource: "poddisruptionbudgets"}].Store}
 	dialer, err := newNodeDialer(podStore, stores[corev1.Resource("nodes")], nodes)
 	if err != nil {

@@ -55,9 +55,14 @@ type Options struct {
 	// MaxUnschedulable is the longest an unschedulable pod waits for a cluster change before
 	// it is tried again anyway (5 min).
 	MaxUnschedulable time.Duration
-	// BindingsInFlight bounds concurrent binding calls (64): enough to keep the API busy,
-	// well under its limit of mutating requests in flight (200), which others share.
+	// BindingsInFlight bounds the bindings waiting for the API (2048). They go in
+	// BindingBatches of up to BindingBatchSize (500) each, two batches in flight; against a
+	// server without BindingBatches at most 64 pods/binding requests are in flight, well
+	// under the API's limit of mutating requests in flight (200), which others share.
 	BindingsInFlight int
+	// BindingBatchSize bounds the bindings of one BindingBatch (500; 1 sends each binding
+	// to pods/binding on its own).
+	BindingBatchSize int
 	// ClientQPS and ClientBurst set the rate of the scheduler's own API client (1000, 2000):
 	// bindings are the scheduler's output, and the controllers' default of 50/s would cap it.
 	ClientQPS   float32
@@ -72,7 +77,10 @@ func (o Options) withDefaults() Options {
 		o.SchedulerName = DefaultSchedulerName
 	}
 	if o.BindingsInFlight == 0 {
-		o.BindingsInFlight = 64
+		o.BindingsInFlight = 2048
+	}
+	if o.BindingBatchSize == 0 {
+		o.BindingBatchSize = 500
 	}
 	if o.ClientQPS == 0 {
 		o.ClientQPS = 1000
@@ -118,6 +126,7 @@ type Scheduler struct {
 	nextStart int // rotates the first node looked at, so the first nodes do not fill up first
 	binds     chan struct{}
 	bindWG    sync.WaitGroup
+	binder    *binder
 
 	bound, lost, unsched atomic.Int64
 }
@@ -127,14 +136,20 @@ type Scheduler struct {
 func New(c *controllers.Context, opts Options) (*Scheduler, error) {
 	opts = opts.withDefaults()
 	client := c.Client
+	var cfg *rest.Config
 	if c.Config != nil {
-		cfg := rest.CopyConfig(c.Config)
+		cfg = rest.CopyConfig(c.Config)
 		cfg.QPS, cfg.Burst = opts.ClientQPS, opts.ClientBurst
 		cl, err := kubeclient.New(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("scheduler client: %w", err)
 		}
 		client = cl
+	}
+	log := logrus.WithField("component", "scheduler")
+	binder, err := newBinder(client, cfg, opts.BindingBatchSize, singleBindingsInFlight, log)
+	if err != nil {
+		return nil, err
 	}
 	podInf := c.Informers.Core().V1().Pods()
 	nodeInf := c.Informers.Core().V1().Nodes()
@@ -145,7 +160,8 @@ func New(c *controllers.Context, opts Options) (*Scheduler, error) {
 		opts:       opts,
 		client:     client,
 		recorder:   c.Recorder(opts.SchedulerName),
-		log:        logrus.WithField("component", "scheduler"),
+		log:        log,
+		binder:     binder,
 		cache:      NewCache(),
 		queue:      NewQueue(opts.InitialBackoff, opts.MaxBackoff, opts.MaxUnschedulable, nil),
 		pods:       podInf.Lister(),
@@ -203,6 +219,7 @@ func (s *Scheduler) Run(ctx context.Context, _ int) error {
 		s.queue.Close()
 	}()
 	go s.housekeeping(ctx)
+	s.binder.run(ctx)
 	for {
 		pod := s.queue.Pop()
 		if pod == nil {
@@ -574,10 +591,7 @@ func (s *Scheduler) bind(ctx context.Context, pod *corev1.Pod, node string, bega
 		s.queue.AddBackoff(pod)
 		return
 	}
-	err := s.client.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
-	}, metav1.CreateOptions{})
+	err := s.binder.bind(ctx, pod, node)
 	switch {
 	case err == nil:
 		s.bound.Add(1)

@@ -41,6 +41,9 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
+		v1alpha1.BindingBatch{}.OpenAPIModelName():                                   schema_apiserver_apis_flotilla_v1alpha1_BindingBatch(ref),
+		v1alpha1.BindingBatchSpec{}.OpenAPIModelName():                               schema_apiserver_apis_flotilla_v1alpha1_BindingBatchSpec(ref),
+		v1alpha1.BindingBatchStatus{}.OpenAPIModelName():                             schema_apiserver_apis_flotilla_v1alpha1_BindingBatchStatus(ref),
 		v1alpha1.GitRef{}.OpenAPIModelName():                                         schema_apiserver_apis_flotilla_v1alpha1_GitRef(ref),
 		v1alpha1.GitRollback{}.OpenAPIModelName():                                    schema_apiserver_apis_flotilla_v1alpha1_GitRollback(ref),
 		v1alpha1.GitRollout{}.OpenAPIModelName():                                     schema_apiserver_apis_flotilla_v1alpha1_GitRollout(ref),
@@ -53,6 +56,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.GitVerification{}.OpenAPIModelName():                                schema_apiserver_apis_flotilla_v1alpha1_GitVerification(ref),
 		v1alpha1.LocalObjectReference{}.OpenAPIModelName():                           schema_apiserver_apis_flotilla_v1alpha1_LocalObjectReference(ref),
 		v1alpha1.NamespacedObjectReference{}.OpenAPIModelName():                      schema_apiserver_apis_flotilla_v1alpha1_NamespacedObjectReference(ref),
+		v1alpha1.PodBinding{}.OpenAPIModelName():                                     schema_apiserver_apis_flotilla_v1alpha1_PodBinding(ref),
+		v1alpha1.PodBindingResult{}.OpenAPIModelName():                               schema_apiserver_apis_flotilla_v1alpha1_PodBindingResult(ref),
 		v1alpha1.ResourceInventory{}.OpenAPIModelName():                              schema_apiserver_apis_flotilla_v1alpha1_ResourceInventory(ref),
 		v1alpha1.ResourceRef{}.OpenAPIModelName():                                    schema_apiserver_apis_flotilla_v1alpha1_ResourceRef(ref),
 		v1alpha1.RolloutAfter{}.OpenAPIModelName():                                   schema_apiserver_apis_flotilla_v1alpha1_RolloutAfter(ref),
@@ -672,6 +677,124 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1beta1.NodeMetricsList{}.OpenAPIModelName():                                 schema_pkg_apis_metrics_v1beta1_NodeMetricsList(ref),
 		v1beta1.PodMetrics{}.OpenAPIModelName():                                      schema_pkg_apis_metrics_v1beta1_PodMetrics(ref),
 		v1beta1.PodMetricsList{}.OpenAPIModelName():                                  schema_pkg_apis_metrics_v1beta1_PodMetricsList(ref),
+	}
+}
+
+func schema_apiserver_apis_flotilla_v1alpha1_BindingBatch(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "BindingBatch binds several pods of its namespace to nodes in one request: create-only, never stored (as a LocalSubjectAccessReview). Each binding is carried out as pods/binding would carry it out (the sender must be allowed to create pods/binding in the namespace, admission sees each one as a pods/binding create, and it commits only while the pod is unbound), and status.results says what became of each. Flotilla's scheduler sends its bindings this way: one request instead of one per pod.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object's metadata; only the namespace is used.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Spec lists the bindings to make.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.BindingBatchSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Status is the outcome of each binding, in the order of spec.bindings.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.BindingBatchStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"spec"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.BindingBatchSpec{}.OpenAPIModelName(), v1alpha1.BindingBatchStatus{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_flotilla_v1alpha1_BindingBatchSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "BindingBatchSpec lists the bindings of a BindingBatch.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"bindings": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Bindings to make, at most 1000, each pod named once.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.PodBinding{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"bindings"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.PodBinding{}.OpenAPIModelName()},
+	}
+}
+
+func schema_apiserver_apis_flotilla_v1alpha1_BindingBatchStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "BindingBatchStatus reports the outcome of each binding of a BindingBatch.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"results": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Results has one entry per spec.bindings entry, in the same order.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.PodBindingResult{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.PodBindingResult{}.OpenAPIModelName()},
 	}
 }
 
@@ -1323,6 +1446,87 @@ func schema_apiserver_apis_flotilla_v1alpha1_NamespacedObjectReference(ref commo
 				Extensions: spec.Extensions{
 					"x-kubernetes-map-type": "atomic",
 				},
+			},
+		},
+	}
+}
+
+func schema_apiserver_apis_flotilla_v1alpha1_PodBinding(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PodBinding binds one pod to one node.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"pod": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Pod is the name of the pod in the batch's namespace.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"uid": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UID, when set, binds the pod only if it is still this object (a precondition, as metadata.uid of a Binding).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"node": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Node is the name of the node to bind the pod to.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"pod", "node"},
+			},
+		},
+	}
+}
+
+func schema_apiserver_apis_flotilla_v1alpha1_PodBindingResult(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PodBindingResult is the outcome of one binding: what pods/binding would have answered.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"pod": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Pod is the name of the pod.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"code": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Code is the HTTP status code pods/binding would have answered: 201 when the pod was bound, 409 when it was already bound or is being deleted, 404 when it does not exist (or is no longer the object spec.bindings[].uid names), others for admission errors.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason is the machine-readable reason of a failure (metav1.StatusReason).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message says why the binding failed.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"pod", "code"},
 			},
 		},
 	}

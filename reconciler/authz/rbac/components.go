@@ -272,10 +272,12 @@ var controllerPolicies = map[string][]rbacv1.PolicyRule{
 	"resourcequota": {
 		rule(verbs("update"), coreGroup, "resourcequotas/status"),
 	},
-	// reconciler/scheduler: pods Bind (pods/binding), Patch of pods/status (PodScheduled
-	// False), Patch of the claims of pods waiting for a consumer (selected node).
+	// reconciler/scheduler: pods Bind (pods/binding, and BindingBatches of several, which
+	// the API server authorizes binding by binding as pods/binding), Patch of pods/status
+	// (PodScheduled False), Patch of the claims of pods waiting for a consumer (selected node).
 	schedulerController: {
 		rule(verbs("create"), coreGroup, "pods/binding"),
+		rule(verbs("create"), flotillaGroup, "bindingbatches"),
 		rule(verbs("patch"), coreGroup, "pods/status"),
 		rule(verbs("patch"), coreGroup, "persistentvolumeclaims"),
 	},

@@ -267,7 +267,7 @@ func TestComponentCalls(t *testing.T) {
 		ControllerUser("resourcequota"): {{"update", core, "resourcequotas/status", "ns1", "q"}},
 		SchedulerUser: {
 			{"create", core, "pods/binding", "ns1", "p"}, {"patch", core, "pods/status", "ns1", "p"},
-			{"patch", core, "persistentvolumeclaims", "ns1", "c"},
+			{"patch", core, "persistentvolumeclaims", "ns1", "c"}, {"create", "flotilla.dev", "bindingbatches", "ns1", ""},
 		},
 		ControllerUser("nodeipam"): {{"list", core, "nodes", "", ""}, {"patch", core, "nodes", "", "h1"}},
 		ControllerUser("namespace"): {

@@ -15,8 +15,8 @@ var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha
 var (
 	// SchemeBuilder collects the functions that add this package's types to a scheme.
 	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
-	// AddToScheme registers GitSource and GitSourceList (and the meta types of the
-	// group version) in a scheme.
+	// AddToScheme registers GitSource, GitSourceList and BindingBatch (and the meta types
+	// of the group version) in a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
 
@@ -34,6 +34,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion,
 		&GitSource{},
 		&GitSourceList{},
+		&BindingBatch{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

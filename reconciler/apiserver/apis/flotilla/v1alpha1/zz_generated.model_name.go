@@ -8,6 +8,21 @@
 package v1alpha1
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in BindingBatch) OpenAPIModelName() string {
+	return "dev.flotilla.v1alpha1.BindingBatch"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in BindingBatchSpec) OpenAPIModelName() string {
+	return "dev.flotilla.v1alpha1.BindingBatchSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in BindingBatchStatus) OpenAPIModelName() string {
+	return "dev.flotilla.v1alpha1.BindingBatchStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in GitRef) OpenAPIModelName() string {
 	return "dev.flotilla.v1alpha1.GitRef"
 }
@@ -65,6 +80,16 @@ func (in LocalObjectReference) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NamespacedObjectReference) OpenAPIModelName() string {
 	return "dev.flotilla.v1alpha1.NamespacedObjectReference"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PodBinding) OpenAPIModelName() string {
+	return "dev.flotilla.v1alpha1.PodBinding"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PodBindingResult) OpenAPIModelName() string {
+	return "dev.flotilla.v1alpha1.PodBindingResult"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
