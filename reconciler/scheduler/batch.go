@@ -63,6 +63,9 @@ func newBinder(client kubernetes.Interface, cfg *rest.Config, maxBatch, singleIn
 	c.APIPath = "/apis"
 	c.ContentType, c.AcceptContentTypes = runtime.ContentTypeJSON, runtime.ContentTypeJSON // the group speaks JSON only
 	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent() // as the typed clients of the same config
+	}
 	rc, err := rest.RESTClientFor(c)
 	if err != nil {
 		return nil, fmt.Errorf("BindingBatch client: %w", err)

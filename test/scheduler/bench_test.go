@@ -57,7 +57,7 @@ var benchResults = map[string]*benchResult{}
 //     the first create to the last committed binding (create-to-bound; it includes the API
 //     server's create rate, printed as creates/s).
 //   - backlog: the pods exist before the scheduler starts; bindings/s from its start to the
-//     last committed binding (what the scheduler and pods/binding sustain).
+//     last committed binding (what the scheduler and the API's BindingBatches sustain).
 //
 // Each case is measured once whatever b.N (a second burst would measure a fuller site): run
 // it with -benchtime 1x.
