@@ -14,6 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 
@@ -143,13 +144,7 @@ func setBindingResult(res *flotillav1alpha1.PodBindingResult, err error) {
 		res.Code = http.StatusCreated
 		return
 	}
-	status := apierrors.APIStatus(nil)
-	if s, ok := err.(apierrors.APIStatus); ok {
-		status = s
-	} else {
-		status = apierrors.NewInternalError(err)
-	}
-	st := status.Status()
+	st := responsewriters.ErrorToAPIStatus(err)
 	res.Code, res.Reason, res.Message = st.Code, st.Reason, st.Message
 }
 
