@@ -23,7 +23,13 @@ func TestObjects(t *testing.T) {
 	}
 	d.Debounce = 10 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	// The writer ends before t.TempDir's cleanup removes the directory it writes in.
+	t.Cleanup(func() {
+		cancel()
+		if !d.Wait(5 * time.Second) {
+			t.Error("the checkpoint writer did not stop")
+		}
+	})
 	newList := func() runtime.Object { return &corev1.SecretList{} }
 	o := d.Objects(ctx, "secrets", newList)
 	if len(o.Keys()) != 0 {

@@ -200,14 +200,23 @@ func TestCheckpoint(t *testing.T) {
 		return nil
 	})
 	cancel()
+	if !d.Wait(5 * time.Second) {
+		t.Fatal("the first host's checkpoint writers did not stop")
+	}
 
 	// The host restarts cut off.
 	ctx, cancel = context.WithCancel(context.Background())
-	defer cancel()
 	d, err = checkpoint.Open(dir, testLog())
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The writers end before t.TempDir's cleanup removes the directory they write in.
+	t.Cleanup(func() {
+		cancel()
+		if !d.Wait(5 * time.Second) {
+			t.Error("the checkpoint writers did not stop")
+		}
+	})
 	d.Debounce = 10 * time.Millisecond
 	down := fake.NewClientset()
 	var isDown atomic.Bool
