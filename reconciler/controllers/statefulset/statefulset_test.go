@@ -161,6 +161,19 @@ func (d *deletions) get() []string {
 	return slices.Clone(d.names)
 }
 
+// await returns the deletions once the watch has delivered at least n: a list can show a pod
+// gone before the watch's DELETED event for it arrives.
+func (d *deletions) await(t *testing.T, n int) []string {
+	t.Helper()
+	controllertest.Eventually(t, 10*time.Second, fmt.Sprintf("%d deletions watched", n), func() (bool, error) {
+		if got := d.get(); len(got) < n {
+			return false, fmt.Errorf("watched %v so far", got)
+		}
+		return true, nil
+	})
+	return d.get()
+}
+
 func (d *deletions) reset() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -228,7 +241,7 @@ func TestStatefulSet(t *testing.T) {
 		dels := watchDeletions(t, client, ns)
 		a.MustKubectl("", "scale", "sts/web", "-n", ns, "--replicas=1")
 		waitPods(t, client, ns, "web-0")
-		if got := dels.get(); !slices.Equal(got, []string{"web-2", "web-1"}) {
+		if got := dels.await(t, 2); !slices.Equal(got, []string{"web-2", "web-1"}) {
 			t.Errorf("scale down deleted %v, want [web-2 web-1]", got)
 		}
 		for _, c := range []string{"www-web-1", "www-web-2"} {
@@ -289,7 +302,7 @@ func TestStatefulSet(t *testing.T) {
 			s := getSet(t, client, ns)
 			return s.Status.CurrentRevision == newRev && s.Status.UpdatedReplicas == 3 && s.Status.CurrentReplicas == 3, nil
 		})
-		if got := dels.get(); !slices.Equal(got, []string{"web-1", "web-0"}) {
+		if got := dels.await(t, 2); !slices.Equal(got, []string{"web-1", "web-0"}) {
 			t.Errorf("rolling update deleted %v, want [web-1 web-0]", got)
 		}
 
