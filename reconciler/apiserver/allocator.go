@@ -278,6 +278,9 @@ func (s *serviceAllocators) assign(ctx context.Context, svc, old *corev1.Service
 	} else if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
 	}
+	// Requested node ports and health check port are taken before any is picked at random, so
+	// a random pick never takes a value the same Service asks for.
+	var random []*int32
 	if needsNodePorts(svc) {
 		oldPorts := map[string]int32{}
 		if old != nil && needsNodePorts(old) {
@@ -302,14 +305,7 @@ func (s *serviceAllocators) assign(ctx context.Context, svc, old *corev1.Service
 			switch {
 			case p.NodePort != 0 && oldSet[p.NodePort]:
 			case p.NodePort == 0:
-				off, err := s.ports.allocate(ctx, -1, dryRun)
-				if err != nil {
-					return fail(apierrors.NewInternalError(fmt.Errorf("allocate a node port: %w", err)))
-				}
-				p.NodePort = int32(s.portMin + off)
-				if !dryRun {
-					rollback = append(rollback, func(ctx context.Context) { _ = s.ports.release(ctx, off) })
-				}
+				random = append(random, &p.NodePort)
 			case int(p.NodePort) >= s.portMin && int(p.NodePort) <= s.portMax:
 				off := int(p.NodePort) - s.portMin
 				if _, err := s.ports.allocate(ctx, off, dryRun); err != nil {
@@ -333,6 +329,7 @@ func (s *serviceAllocators) assign(ctx context.Context, svc, old *corev1.Service
 	if old != nil && needsHealthCheck(old) {
 		oldHC = old.Spec.HealthCheckNodePort
 	}
+	randomHC := false
 	if needsHealthCheck(svc) {
 		if svc.Spec.HealthCheckNodePort == 0 {
 			svc.Spec.HealthCheckNodePort = oldHC
@@ -341,14 +338,7 @@ func (s *serviceAllocators) assign(ctx context.Context, svc, old *corev1.Service
 		switch {
 		case hp != 0 && hp == oldHC:
 		case hp == 0:
-			off, err := s.ports.allocate(ctx, -1, dryRun)
-			if err != nil {
-				return fail(apierrors.NewInternalError(fmt.Errorf("allocate a health check node port: %w", err)))
-			}
-			svc.Spec.HealthCheckNodePort = int32(s.portMin + off)
-			if !dryRun {
-				rollback = append(rollback, func(ctx context.Context) { _ = s.ports.release(ctx, off) })
-			}
+			randomHC = true
 		case int(hp) >= s.portMin && int(hp) <= s.portMax:
 			off := int(hp) - s.portMin
 			if _, err := s.ports.allocate(ctx, off, dryRun); err != nil {
@@ -366,6 +356,23 @@ func (s *serviceAllocators) assign(ctx context.Context, svc, old *corev1.Service
 		// As upstream: a Service that no longer needs the port loses it (one set by the
 		// writer where none is needed is left for validation to refuse).
 		svc.Spec.HealthCheckNodePort = 0
+	}
+	if randomHC {
+		random = append(random, &svc.Spec.HealthCheckNodePort)
+	}
+	for i, port := range random {
+		off, err := s.ports.allocate(ctx, -1, dryRun)
+		if err != nil {
+			what := "a node port"
+			if randomHC && i == len(random)-1 {
+				what = "a health check node port"
+			}
+			return fail(apierrors.NewInternalError(fmt.Errorf("allocate %s: %w", what, err)))
+		}
+		*port = int32(s.portMin + off)
+		if !dryRun {
+			rollback = append(rollback, func(ctx context.Context) { _ = s.ports.release(ctx, off) })
+		}
 	}
 	return rollback, nil
 }

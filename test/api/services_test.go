@@ -180,3 +180,45 @@ func TestServiceIPAllocation(t *testing.T) {
 		}
 	})
 }
+
+// TestRequestedNodePortsComeFirst: a Service's own random picks never take a node port it
+// asks for. The range 30000-30017 keeps 30016 and 30017 for random picks, which try them
+// first; with 30016 taken, a pick made before the requested 30017 was taken would take it.
+func TestRequestedNodePortsComeFirst(t *testing.T) {
+	a := framework.StartAgent(t, framework.AgentOptions{Extra: []string{"--controllers=", "--node-port-range=30000-30017"}})
+	c := a.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	create := func(s *corev1.Service) *corev1.Service {
+		t.Helper()
+		got, err := c.CoreV1().Services("default").Create(ctx, s, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create %s: %v", s.Name, err)
+		}
+		return got
+	}
+	create(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "filler"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: 80, NodePort: 30016}}}})
+	inStaticBand := func(p int32) bool { return p >= 30000 && p <= 30015 }
+
+	t.Run("health check port asked for, node port picked", func(t *testing.T) {
+		lb := create(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "lb"},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, HealthCheckNodePort: 30017,
+				ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal, Ports: []corev1.ServicePort{{Port: 80}}}})
+		if lb.Spec.HealthCheckNodePort != 30017 || !inStaticBand(lb.Spec.Ports[0].NodePort) {
+			t.Errorf("healthCheckNodePort %d, nodePort %d: want 30017 and a port of 30000-30015", lb.Spec.HealthCheckNodePort, lb.Spec.Ports[0].NodePort)
+		}
+		if err := c.CoreV1().Services("default").Delete(ctx, "lb", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("second port asked for, first picked", func(t *testing.T) {
+		np := create(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "two"},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{
+				{Name: "a", Port: 80}, {Name: "b", Port: 81, NodePort: 30017}}}})
+		if np.Spec.Ports[1].NodePort != 30017 || !inStaticBand(np.Spec.Ports[0].NodePort) {
+			t.Errorf("nodePorts %d and %d: want a port of 30000-30015 and 30017", np.Spec.Ports[0].NodePort, np.Spec.Ports[1].NodePort)
+		}
+	})
+}
