@@ -280,7 +280,11 @@ func (s *serviceAllocators) assign(ctx context.Context, svc, old *corev1.Service
 	}
 	// Requested node ports and health check port are taken before any is picked at random, so
 	// a random pick never takes a value the same Service asks for.
-	var random []*int32
+	type pick struct {
+		port *int32
+		what string
+	}
+	var random []pick
 	if needsNodePorts(svc) {
 		oldPorts := map[string]int32{}
 		if old != nil && needsNodePorts(old) {
@@ -305,7 +309,7 @@ func (s *serviceAllocators) assign(ctx context.Context, svc, old *corev1.Service
 			switch {
 			case p.NodePort != 0 && oldSet[p.NodePort]:
 			case p.NodePort == 0:
-				random = append(random, &p.NodePort)
+				random = append(random, pick{&p.NodePort, "a node port"})
 			case int(p.NodePort) >= s.portMin && int(p.NodePort) <= s.portMax:
 				off := int(p.NodePort) - s.portMin
 				if _, err := s.ports.allocate(ctx, off, dryRun); err != nil {
@@ -329,7 +333,6 @@ func (s *serviceAllocators) assign(ctx context.Context, svc, old *corev1.Service
 	if old != nil && needsHealthCheck(old) {
 		oldHC = old.Spec.HealthCheckNodePort
 	}
-	randomHC := false
 	if needsHealthCheck(svc) {
 		if svc.Spec.HealthCheckNodePort == 0 {
 			svc.Spec.HealthCheckNodePort = oldHC
@@ -338,7 +341,7 @@ func (s *serviceAllocators) assign(ctx context.Context, svc, old *corev1.Service
 		switch {
 		case hp != 0 && hp == oldHC:
 		case hp == 0:
-			randomHC = true
+			random = append(random, pick{&svc.Spec.HealthCheckNodePort, "a health check node port"})
 		case int(hp) >= s.portMin && int(hp) <= s.portMax:
 			off := int(hp) - s.portMin
 			if _, err := s.ports.allocate(ctx, off, dryRun); err != nil {
@@ -357,19 +360,12 @@ func (s *serviceAllocators) assign(ctx context.Context, svc, old *corev1.Service
 		// writer where none is needed is left for validation to refuse).
 		svc.Spec.HealthCheckNodePort = 0
 	}
-	if randomHC {
-		random = append(random, &svc.Spec.HealthCheckNodePort)
-	}
-	for i, port := range random {
+	for _, r := range random {
 		off, err := s.ports.allocate(ctx, -1, dryRun)
 		if err != nil {
-			what := "a node port"
-			if randomHC && i == len(random)-1 {
-				what = "a health check node port"
-			}
-			return fail(apierrors.NewInternalError(fmt.Errorf("allocate %s: %w", what, err)))
+			return fail(apierrors.NewInternalError(fmt.Errorf("allocate %s: %w", r.what, err)))
 		}
-		*port = int32(s.portMin + off)
+		*r.port = int32(s.portMin + off)
 		if !dryRun {
 			rollback = append(rollback, func(ctx context.Context) { _ = s.ports.release(ctx, off) })
 		}
