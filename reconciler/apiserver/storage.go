@@ -8,12 +8,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/names"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/flotilla-dev/flotilla/reconciler/apiserver/printers"
@@ -98,10 +102,77 @@ func newStore(scheme *runtime.Scheme, r resource, optsGetter generic.RESTOptions
 			return ok && len(ns.Spec.Finalizers) == 0 && genericregistry.ShouldDeleteDuringUpdate(ctx, key, obj, existing)
 		}
 	}
-	if err := s.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: attrFuncFor(r)}); err != nil {
+	opts := &generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: attrFuncFor(r)}
+	if ix, ok := watchIndexFor(r); ok {
+		ix.apply(s, opts)
+	}
+	if err := s.CompleteWithOptions(opts); err != nil {
 		return nil, nil, fmt.Errorf("storage for %s: %w", r.groupResource(), err)
 	}
 	return s, strat, nil
+}
+
+// watchIndex is a selectable field the watch cache indexes, as kube-apiserver indexes the same
+// ones: a watch or list whose field selector requires one value of it (the node agents' pods,
+// spec.nodeName=<host>, and their own Node) is served from the watch cache's index, and a
+// change is dispatched only to the watchers of its old and new values, not offered to every
+// watcher of the resource. With an index, the cacher also gives a watcher that does not
+// select by it a buffer of up to 1,000 events rather than 100, so that a busy client (the
+// scheduler's informer of every pod during a burst of creates and bindings) is not cut off
+// and sent the events since its last one again.
+type watchIndex struct {
+	field string
+	value func(runtime.Object) (string, bool)
+}
+
+// watchIndexFor returns the indexed field of r, if it has one.
+func watchIndexFor(r resource) (watchIndex, bool) {
+	if r.gv.Group != "" {
+		return watchIndex{}, false
+	}
+	switch r.kind {
+	case "Pod":
+		return watchIndex{field: "spec.nodeName", value: func(obj runtime.Object) (string, bool) {
+			p, ok := obj.(*corev1.Pod)
+			if !ok {
+				return "", false
+			}
+			return p.Spec.NodeName, true
+		}}, true
+	case "Node":
+		return watchIndex{field: "metadata.name", value: func(obj runtime.Object) (string, bool) {
+			n, ok := obj.(*corev1.Node)
+			if !ok {
+				return "", false
+			}
+			return n.Name, true
+		}}, true
+	}
+	return watchIndex{}, false
+}
+
+// apply makes the store's selection predicates name the field as indexed and gives the watch
+// cache its trigger and list index.
+func (ix watchIndex) apply(s *genericregistry.Store, opts *generic.StoreOptions) {
+	attrs := opts.AttrFunc
+	s.PredicateFunc = func(label labels.Selector, field fields.Selector) storage.SelectionPredicate {
+		return storage.SelectionPredicate{Label: label, Field: field, GetAttrs: attrs, IndexFields: []string{ix.field}}
+	}
+	opts.TriggerFunc = storage.IndexerFuncs{ix.field: func(obj runtime.Object) string {
+		v, _ := ix.value(obj)
+		return v
+	}}
+	opts.Indexers = &cache.Indexers{storage.FieldIndex(ix.field): func(obj any) ([]string, error) {
+		o, ok := obj.(runtime.Object)
+		if !ok {
+			return nil, fmt.Errorf("index %s: %T is not an API object", ix.field, obj)
+		}
+		v, ok := ix.value(o)
+		if !ok {
+			return nil, fmt.Errorf("index %s: unexpected %T", ix.field, obj)
+		}
+		return []string{v}, nil
+	}}
 }
 
 // statusREST serves the status subresource: only status is written.

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
@@ -201,6 +204,35 @@ func TestWatchSemantics(t *testing.T) {
 
 // compactEtcd compacts the agent's etcd at rev through its client port with the agent's
 // client certificate.
+// podEvents reads w until it delivers the deletion of the pod named name and returns that
+// pod's events, each as "<type> <spec.nodeName>".
+func podEvents(t *testing.T, what string, w watch.Interface, name string) []string {
+	t.Helper()
+	var got []string
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("watch %s closed after %q, before the deletion of %s", what, got, name)
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				t.Fatalf("watch %s: %s event with %T, want a pod", what, ev.Type, ev.Object)
+			}
+			if p.Name != name {
+				continue
+			}
+			got = append(got, fmt.Sprintf("%s %s", ev.Type, p.Spec.NodeName))
+			if ev.Type == watch.Deleted {
+				return got
+			}
+		case <-timeout:
+			t.Fatalf("watch %s delivered %q in 10s, not the deletion of %s", what, got, name)
+		}
+	}
+}
+
 func compactEtcd(t *testing.T, a *framework.Agent, rev string) {
 	t.Helper()
 	cli := framework.EtcdClient(t, a)
@@ -293,6 +325,57 @@ func TestPodsAPI(t *testing.T) {
 		_, err = c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{FieldSelector: "spec.bogus=1"})
 		if !apierrors.IsBadRequest(err) {
 			t.Errorf("unknown field selector: %v, want 400", err)
+		}
+	})
+
+	// The watch cache indexes pods by spec.nodeName (as kube-apiserver does): a change goes
+	// to the watchers of the pod's old and new node, so a pod bound to a node must appear in
+	// that node's watch and leave the watch of unscheduled pods.
+	t.Run("watches by spec.nodeName follow a pod onto and off its node", func(t *testing.T) {
+		l, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		watch := func(ns, selector string) watch.Interface {
+			w, err := c.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: selector, ResourceVersion: l.ResourceVersion})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(w.Stop)
+			return w
+		}
+		onNode, unscheduled := watch("", "spec.nodeName=host-9"), watch("default", "spec.nodeName=")
+		if _, err := c.CoreV1().Pods("default").Create(ctx, pod("mover"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "mover"}, Target: corev1.ObjectReference{Kind: "Node", Name: "host-9"}}
+		if err := c.CoreV1().Pods("default").Bind(ctx, b, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// Served from the watch cache's index at any resourceVersion.
+		cached, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=host-9", ResourceVersion: "0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cached.Items) > 1 || (len(cached.Items) == 1 && cached.Items[0].Name != "mover") {
+			t.Errorf("list of spec.nodeName=host-9 from the cache: %d pods, want at most mover", len(cached.Items))
+		}
+		if _, err := c.CoreV1().Pods("default").Patch(ctx, "mover", types.MergePatchType, []byte(`{"metadata":{"labels":{"moved":"yes"}}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		zero := int64(0)
+		if err := c.CoreV1().Pods("default").Delete(ctx, "mover", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+			t.Fatal(err)
+		}
+		// The node's watch sees the pod arrive with its binding, change, and go; the deletion
+		// may first mark it (MODIFIED) before removing it.
+		got := podEvents(t, "spec.nodeName=host-9", onNode, "mover")
+		if len(got) < 3 || got[0] != "ADDED host-9" || got[1] != "MODIFIED host-9" || got[len(got)-1] != "DELETED host-9" {
+			t.Errorf("watch spec.nodeName=host-9 delivered %q, want ADDED, MODIFIED (the label), then DELETED, all on host-9", got)
+		}
+		// The unscheduled pods' watch sees it created, and deleted when it is bound.
+		if got := podEvents(t, "spec.nodeName=", unscheduled, "mover"); !slices.Equal(got, []string{"ADDED ", "DELETED "}) {
+			t.Errorf("watch spec.nodeName= delivered %q, want ADDED then DELETED with no node", got)
 		}
 	})
 
