@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -174,18 +175,28 @@ func runSchedulerBench(b *testing.B, r *benchResult, hosts int, backlog bool) {
 		// watch event for a client that accepts it, which the scheduler in the agent never
 		// asks for; with it, the benchmark measured compression on both ends as well.
 		cfg.DisableCompression = true
-		c, err := kubeclient.New(cfg)
+		// The pods' creators get a connection of their own, as the site's other clients
+		// (gitsync, controllers, kubectl) have theirs: client-go shares one HTTP/2 connection
+		// between clients of equal configurations, and the scheduler's watches and bindings
+		// would queue behind 64 creates on it. A configuration with its own dialer is given
+		// a transport of its own.
+		creators := rest.CopyConfig(cfg)
+		creators.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		c, err := kubeclient.New(creators)
 		if err != nil {
 			b.Fatal(err)
 		}
 		cs = append(cs, c)
 	}
-	c := cs[0]
+	c, err := kubeclient.New(cfgs[0])
+	if err != nil {
+		b.Fatal(err)
+	}
 	var ns []string
 	for i := 0; i < nodes; i++ {
 		ns = append(ns, fmt.Sprintf("sim-%04d", i))
 	}
-	err := parallel(32, len(ns), func(i int) error {
+	err = parallel(32, len(ns), func(i int) error {
 		// 32 cores, 128 GiB, 110 pods: 10 pods of 100m each per node never fill one.
 		_, err := c.CoreV1().Nodes().Create(context.Background(), fakeNode(ns[i], 32000, 131072, 110, map[string]string{
 			"topology.kubernetes.io/zone": fmt.Sprintf("zone-%d", i%3)}), metav1.CreateOptions{})
