@@ -345,7 +345,11 @@ func TestPodsAPI(t *testing.T) {
 			return w
 		}
 		onNode, unscheduled := watch("", "spec.nodeName=host-9"), watch("default", "spec.nodeName=")
-		if _, err := c.CoreV1().Pods("default").Create(ctx, pod("mover"), metav1.CreateOptions{}); err != nil {
+		// No scheduler serves this pod: the site's own would otherwise write its PodScheduled
+		// condition (an extra MODIFIED) whenever it got to the pod before the binding below.
+		mover := pod("mover")
+		mover.Spec.SchedulerName = "no-such-scheduler"
+		if _, err := c.CoreV1().Pods("default").Create(ctx, mover, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "mover"}, Target: corev1.ObjectReference{Kind: "Node", Name: "host-9"}}
