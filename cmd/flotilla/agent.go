@@ -16,6 +16,7 @@ import (
 	"github.com/flotilla-dev/flotilla/internal/memlimit"
 	"github.com/flotilla-dev/flotilla/internal/memtrim"
 	"github.com/flotilla-dev/flotilla/nodes/host"
+	"github.com/flotilla-dev/flotilla/reconciler/apiserver"
 )
 
 // newAgentCommand is `flotilla agent`: it maps flags (and --config) onto host.Config and runs
@@ -47,7 +48,7 @@ func newAgentCommand() *cobra.Command {
 			case c.MemoryLimit > 0:
 				debug.SetMemoryLimit(c.MemoryLimit)
 			case c.MemoryLimit == host.MemoryLimitAuto && os.Getenv("GOMEMLIMIT") == "" && os.Getenv("GOGC") == "":
-				go memlimit.Default.Run(ctx, time.Second)
+				go agentMemoryPolicy().Run(ctx, time.Second)
 			}
 			h, err := host.Start(ctx, c)
 			if err != nil {
@@ -126,7 +127,7 @@ func newAgentCommand() *cobra.Command {
 	f.StringVar(&c.RegistryConfig, "registry-config", c.RegistryConfig, "registries.yaml of image registries, as k3s's: mirrors (endpoint URLs; plain HTTP only for an http:// one) and configs (auth, tls) per registry host; default <data-dir>/registries.yaml when it exists")
 	f.StringVar(&c.SeccompDefault, "seccomp-default", c.SeccompDefault, "seccomp profile of the containers of pods that set none: RuntimeDefault (containerd's default profile) or Unconfined; Localhost profiles are files below <data-dir>/seccomp")
 	f.Var((*byteSize)(&c.ContainerLogMaxSize), "container-log-max-size", "size at which a container's log file is rotated (such as 10Mi; at least 1Ki); a container's logs take at most this times --container-log-max-files on disk")
-	f.Var((*memoryLimit)(&c.MemoryLimit), "memory-limit", "soft limit of the agent's Go memory, as the GOMEMLIMIT environment variable (such as 200Mi): near it the garbage collector runs more often rather than let the heap double; auto: 150Mi, or 1.5 to 2 times the live heap when more (none from 200Mi of live heap), unless GOMEMLIMIT or GOGC is set; 0: the environment's GOMEMLIMIT, or none")
+	f.Var((*memoryLimit)(&c.MemoryLimit), "memory-limit", "soft limit of the agent's Go memory, as the GOMEMLIMIT environment variable (such as 200Mi): near it the garbage collector runs more often rather than let the heap double; auto: 150Mi, or 1.5 to 2 times the live heap when more (none from 200Mi of live heap), and while the API server takes 300 writes a second or more (for 2s) GOGC=200 under a quarter of the host's memory, unless GOMEMLIMIT or GOGC is set; 0: the environment's GOMEMLIMIT, or none")
 	f.IntVar(&c.ContainerLogMaxFiles, "container-log-max-files", c.ContainerLogMaxFiles, "log files kept per container, the current one included (at least 2); rotated files are named <log>.<timestamp>, uncompressed")
 	f.StringVar(&c.EvictionHard, "eviction-hard", c.EvictionHard, "hard eviction thresholds, as the kubelet's: SIGNAL<QUANTITY or SIGNAL<PERCENT%, comma-separated (memory.available, nodefs.available, nodefs.inodesFree, imagefs.available, imagefs.inodesFree, pid.available); empty: none")
 	f.DurationVar(&c.EvictionPressureTransition, "eviction-pressure-transition-period", c.EvictionPressureTransition, "how long a pressure condition stays True after its threshold was last met")
@@ -146,6 +147,25 @@ func newAgentCommand() *cobra.Command {
 	f.StringVar(&c.SnapshotSchedule, "snapshot-schedule", c.SnapshotSchedule, "cron expression (5 fields: minute hour day-of-month month day-of-week, UTC; or @daily, @every 6h) at which this server host saves a snapshot (as flotilla snapshot save) to <data-dir>/snapshots; empty: none")
 	f.IntVar(&c.SnapshotRetention, "snapshot-retention", c.SnapshotRetention, "scheduled snapshots kept in <data-dir>/snapshots, the newest (at least 1)")
 	return cmd
+}
+
+// agentMemoryPolicy is memlimit.Default following the bursts of this process's API server,
+// whose heap may then grow to a quarter of the host's memory.
+func agentMemoryPolicy() memlimit.Policy {
+	p := memlimit.Default
+	p.Writes = apiserver.Writes
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err == nil {
+		p.Ceiling = int64(si.Totalram) * int64(si.Unit) / 4
+	}
+	p.Bursting = func(on bool) {
+		if on {
+			logrus.WithFields(logrus.Fields{"gogc": p.BurstPercent, "limit": p.Ceiling}).Infof("the API server takes %.0f writes a second or more: the heap gets more room until the burst ends", p.BurstRate)
+		} else {
+			logrus.Info("the burst of API writes is over: the heap returns to its limit")
+		}
+	}
+	return p
 }
 
 // releaseStartupPages unmaps, once the host has run for settle, the pages of the executable
