@@ -136,8 +136,9 @@ bench-ingress: deps build
 	@$(BENCHRUN) $(GO) test -run '^$$' -bench BenchmarkIngressVsNginx -benchtime 1x -timeout 20m ./proxy/ingress/
 
 ## bench-e2e: a 3-host site: git commit -> new version answering through every ingress, and
-## the memory (RSS) of each host's agent, containerd and shims with 50 pods on it
-## (FLOTILLA_BENCH_PODS_PER_HOST, FLOTILLA_BENCH_ROUNDS).
+## the memory (RSS) of each host's agent, containerd and shims and the agent's live Go heap,
+## with 50 pods on it (FLOTILLA_BENCH_PODS_PER_HOST, FLOTILLA_BENCH_ROUNDS;
+## FLOTILLA_BENCH_PROFILES=DIR saves each agent's heap profile and memory map).
 bench-e2e: deps build kubectl images
 	@FLOTILLA_BIN=$(BIN)/flotilla KUBECTL=$(BIN)/kubectl FLOTILLA_IMAGES=$(BIN)/images $(BENCHRUN) \
 		$(GO) test -run '^$$' -bench 'BenchmarkGitOps' -benchtime 1x -timeout 40m ./test/e2e/

@@ -284,6 +284,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 
+	// Ours publishes its OpenAPI documents itself, once its groups are installed (installOpenAPI).
+	gc.SkipOpenAPIInstallation = true
 	completed := gc.Complete(informerFactory)
 	generic, err := completed.New("flotilla-apiserver", extensions.GenericAPIServer)
 	if err != nil {
@@ -296,6 +298,7 @@ func New(cfg Config) (*Server, error) {
 	if err := installReviewAPIs(generic, scheme, codecs, gc.Authentication.Authenticator, gc.Authentication.APIAudiences, gc.Authorization.Authorizer, auth.rbac); err != nil {
 		return nil, err
 	}
+	installOpenAPI(generic, gc.OpenAPIConfig, gc.OpenAPIV3Config)
 	// /readyz waits for this hook: until the informers (RBAC's among them) are in sync, the
 	// authorizer would refuse everyone but system:masters, and a host's components that
 	// start before the API (from their checkpoint) would take those 403s for answers.

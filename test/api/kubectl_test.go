@@ -160,6 +160,16 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 
+	t.Run("explain from the OpenAPI v2 document", func(t *testing.T) {
+		// The server builds /openapi/v2 on its first request: this is one.
+		out := a.MustKubectl("", "explain", "pods.spec.securityContext", "--output", "plaintext-openapiv2")
+		for _, want := range []string{"KIND:     Pod", "runAsNonRoot", "seccompProfile"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("explain lacks %q:\n%s", want, out)
+			}
+		}
+	})
+
 	t.Run("short names and categories", func(t *testing.T) {
 		for _, name := range []string{"deploy", "rs", "sts", "ds", "po", "svc", "cm", "ns", "no", "ep", "ing", "pvc", "pv", "sa", "cj", "pdb", "netpol", "gitsources"} {
 			if _, errOut, err := a.Kubectl("", "get", name, "-A"); err != nil {

@@ -30,8 +30,9 @@ import (
 //   - git commit -> the new version's pods all Ready and the new version answering through the
 //     ingress of every host, with gitsync polling (interval 5 s), then with a push webhook
 //     (interval 10 minutes);
-//   - the memory (RSS) of each host's agent, its containerd and its shims with
-//     FLOTILLA_BENCH_PODS_PER_HOST pods (default 50) running on every host.
+//   - the memory (RSS) of each host's agent, its containerd and its shims, and the agent's live
+//     Go heap, with FLOTILLA_BENCH_PODS_PER_HOST pods (default 50) running on every host;
+//     FLOTILLA_BENCH_PROFILES=DIR saves each agent's heap profile and memory map there.
 func BenchmarkGitOps(b *testing.B) {
 	rounds := envInt("FLOTILLA_BENCH_ROUNDS", 5)
 	perHost := envInt("FLOTILLA_BENCH_PODS_PER_HOST", 50)
@@ -175,6 +176,51 @@ spec: {url: %q, ref: {branch: main}, interval: 5s, serviceAccountName: site-depl
 		b.ReportMetric(float64(agent)/1024, "MiB-agent-rss-"+h.Name)
 		b.ReportMetric(float64(ctrd)/1024, "MiB-containerd-rss-"+h.Name)
 		b.ReportMetric(float64(shims)/1024, "MiB-shims-rss-"+h.Name)
+		if live, err := liveHeap(clientOf(b, h)); err != nil {
+			b.Errorf("%s: %v", h.Name, err)
+		} else {
+			b.Logf("%s with %d pods: live Go heap %.1f MiB (after the last collection)", h.Name, perHost, live)
+			b.ReportMetric(live, "MiB-live-heap-"+h.Name)
+		}
+		if dir := os.Getenv("FLOTILLA_BENCH_PROFILES"); dir != "" {
+			saveProfiles(b, clientOf(b, h), h, dir)
+		}
+	}
+}
+
+// liveHeap is the agent's live Go heap in MiB after its last collection, from its API
+// server's metrics: unlike the resident set, it does not move with the page cache's state or
+// with where the collector stands in its cycle.
+func liveHeap(c kubernetes.Interface) (float64, error) {
+	raw, err := c.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		return 0, fmt.Errorf("read /metrics: %w", err)
+	}
+	for l := range strings.Lines(string(raw)) {
+		if v, ok := strings.CutPrefix(l, "go_gc_heap_live_bytes "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f / (1 << 20), err
+		}
+	}
+	return 0, fmt.Errorf("/metrics has no go_gc_heap_live_bytes")
+}
+
+// saveProfiles writes the agent's heap profile (go tool pprof) and memory map (smaps) to
+// dir/HOST.heap and dir/HOST.smaps, for finding what holds the memory the benchmark reports.
+func saveProfiles(b *testing.B, c kubernetes.Interface, h *devsite.Host, dir string) {
+	heap, err := c.Discovery().RESTClient().Get().AbsPath("/debug/pprof/heap").DoRaw(context.Background())
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, h.Name+".heap"), heap, 0o644)
+	}
+	if err != nil {
+		b.Errorf("%s: heap profile: %v", h.Name, err)
+	}
+	smaps, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", h.PID()))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, h.Name+".smaps"), smaps, 0o644)
+	}
+	if err != nil {
+		b.Errorf("%s: memory map: %v", h.Name, err)
 	}
 }
 
