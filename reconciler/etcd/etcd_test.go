@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"go.etcd.io/etcd/client/pkg/v3/types"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/flotilla-dev/flotilla/internal/etcdtest"
@@ -66,6 +68,23 @@ func startMember(ctx context.Context, t *testing.T, dir string) (*pki.CA, *Membe
 	return ca, m, cli
 }
 
+// startLearner adds member "b" to a's cluster as a learner and starts it; it returns b's
+// Config (to start it again), the member and its ID.
+func startLearner(ctx context.Context, t *testing.T, ca *pki.CA, dir string, a *Member, cli *clientv3.Client) (Config, *Member, uint64) {
+	t.Helper()
+	cfg := memberConfig(t, ca, dir, "b")
+	added, err := cli.MemberAddAsLearner(ctx, []string{cfg.PeerURL.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.InitialCluster = fmt.Sprintf("a=%s,b=%s", a.cfg.PeerURL.String(), cfg.PeerURL.String())
+	b, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, b, added.Member.ID
+}
+
 // TestRemovedMemberReportsItsStop: a member removed from the cluster stops once a peer tells
 // it, and embed.Etcd says nothing of it. Running, Err reports ErrStopped; started again on
 // its old data (a host back after another took its seat), Start returns ErrStopped instead of
@@ -76,23 +95,14 @@ func TestRemovedMemberReportsItsStop(t *testing.T) {
 	defer cancel()
 	ca, a, cli := startMember(ctx, t, dir)
 
-	bCfg := memberConfig(t, ca, dir, "b")
-	added, err := cli.MemberAddAsLearner(ctx, []string{bCfg.PeerURL.String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bCfg.InitialCluster = fmt.Sprintf("a=%s,b=%s", a.cfg.PeerURL.String(), bCfg.PeerURL.String())
-	b, err := Start(ctx, bCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bCfg, b, bID := startLearner(ctx, t, ca, dir, a, cli)
 	defer b.Close()
 	if _, err := cli.Put(ctx, "k", "v"); err != nil {
 		t.Fatal(err)
 	}
 
 	removeAt := time.Now()
-	if _, err := cli.MemberRemove(ctx, added.Member.ID); err != nil {
+	if _, err := cli.MemberRemove(ctx, bID); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -269,4 +279,102 @@ func TestHTTPURLOfADeepDataDirectory(t *testing.T) {
 	if u := httpURL(deep); u.String() != "https://127.0.0.1:0" {
 		t.Errorf("httpURL of %d characters: %s", len(deep), u.String())
 	}
+}
+
+// TestFollowerFarBehindCatchesUpFromASnapshot: a member keeps SnapshotCatchUpEntries raft
+// entries for a follower that is behind; one that was away through more writes than that
+// comes back with every key, from a snapshot of the leader's database.
+func TestFollowerFarBehindCatchesUpFromASnapshot(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ca, a, cli := startMember(ctx, t, dir)
+
+	bCfg, b, bID := startLearner(ctx, t, ca, dir, a, cli)
+	if _, err := cli.Put(ctx, "before", "v"); err != nil {
+		t.Fatal(err)
+	}
+	bCli := clientOfMember(t, ca, b)
+	waitKey(ctx, t, bCli, "before")
+	b.Close()
+
+	sentBefore := snapshotsSent(t, bID)
+	n := SnapshotCatchUpEntries + 500
+	for i := range n {
+		if _, err := cli.Put(ctx, fmt.Sprintf("away-%04d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	bCfg.InitialCluster = ""
+	b, err := Start(ctx, bCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	bCli = clientOfMember(t, ca, b)
+	last := fmt.Sprintf("away-%04d", n-1)
+	waitKey(ctx, t, bCli, last)
+	got, err := bCli.Get(ctx, "away-", clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
+	if err != nil || got.Count != int64(n) {
+		t.Fatalf("member back after %d writes holds %v of them, %v", n, got, err)
+	}
+	if sent := snapshotsSent(t, bID) - sentBefore; sent < 1 {
+		t.Fatalf("member back after %d writes (more than the %d entries kept) caught up without a snapshot", n, SnapshotCatchUpEntries)
+	}
+}
+
+// clientOfMember is a client of m alone.
+func clientOfMember(t *testing.T, ca *pki.CA, m *Member) *clientv3.Client {
+	t.Helper()
+	cert, key, err := ca.Ensure(pki.Request{Name: "etcd-client", CommonName: "test", Usage: pki.Client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(m.ClientURLs(), ca.CertFile(), cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// waitKey waits until the member of c has key (a serializable read: its own data).
+func waitKey(ctx context.Context, t *testing.T, c *clientv3.Client, key string) {
+	t.Helper()
+	for {
+		got, err := c.Get(ctx, key, clientv3.WithSerializable())
+		if err == nil && len(got.Kvs) == 1 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("key %s never reached the member: %v", key, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// snapshotsSent is how many snapshots this process's etcd members sent to member id.
+func snapshotsSent(t *testing.T, id uint64) float64 {
+	t.Helper()
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := types.ID(id).String()
+	var n float64
+	for _, f := range families {
+		if f.GetName() != "etcd_network_snapshot_send_success" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "To" && l.GetValue() == to {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
 }
