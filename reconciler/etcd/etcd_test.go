@@ -51,21 +51,12 @@ func startMember(ctx context.Context, t *testing.T, dir string) (*pki.CA, *Membe
 	if err != nil {
 		t.Fatal(err)
 	}
-	cliCert, cliKey, err := ca.Ensure(pki.Request{Name: "etcd-client", CommonName: "test", Usage: pki.Client})
-	if err != nil {
-		t.Fatal(err)
-	}
 	m, err := Start(ctx, memberConfig(t, ca, dir, "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Close)
-	cli, err := NewClient(m.ClientURLs(), ca.CertFile(), cliCert, cliKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	return ca, m, cli
+	return ca, m, clientOfMember(t, ca, m)
 }
 
 // startLearner adds member "b" to a's cluster as a learner and starts it; it returns b's
