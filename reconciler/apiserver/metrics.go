@@ -67,6 +67,7 @@ func installMetricsAPI(s *genericapiserver.GenericAPIServer, scheme *runtime.Sch
 	if err := s.InstallAPIGroup(&info); err != nil {
 		return fmt.Errorf("install metrics API: %w", err)
 	}
+	forgetOpenAPIModels(&info)
 	return nil
 }
 

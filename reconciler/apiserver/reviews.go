@@ -59,6 +59,7 @@ func installReviewAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Sch
 	if err := s.InstallAPIGroups(&authnInfo, &authzInfo); err != nil {
 		return fmt.Errorf("install review APIs: %w", err)
 	}
+	forgetOpenAPIModels(&authnInfo, &authzInfo)
 	return nil
 }
 

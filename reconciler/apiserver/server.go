@@ -298,7 +298,9 @@ func New(cfg Config) (*Server, error) {
 	if err := installReviewAPIs(generic, scheme, codecs, gc.Authentication.Authenticator, gc.Authentication.APIAudiences, gc.Authorization.Authorizer, auth.rbac); err != nil {
 		return nil, err
 	}
-	installOpenAPI(generic, gc.OpenAPIConfig, gc.OpenAPIV3Config)
+	if err := installOpenAPI(generic, gc.OpenAPIConfig, gc.OpenAPIV3Config); err != nil {
+		return nil, err
+	}
 	// /readyz waits for this hook: until the informers (RBAC's among them) are in sync, the
 	// authorizer would refuse everyone but system:masters, and a host's components that
 	// start before the API (from their checkpoint) would take those 403s for answers.
@@ -453,6 +455,7 @@ func installAPIs(s *genericapiserver.GenericAPIServer, scheme *runtime.Scheme, c
 	if err := s.InstallAPIGroups(infos...); err != nil {
 		return fmt.Errorf("install API groups: %w", err)
 	}
+	forgetOpenAPIModels(append(infos, groups[""])...)
 	if err := installMetricsAPI(s, scheme, codecs, podStore, stores[corev1.Resource("nodes")], nodes); err != nil {
 		return err
 	}

@@ -206,8 +206,13 @@ func liveHeap(c kubernetes.Interface) (float64, error) {
 }
 
 // saveProfiles writes the agent's heap profile (go tool pprof) and memory map (smaps) to
-// dir/HOST.heap and dir/HOST.smaps, for finding what holds the memory the benchmark reports.
+// dir/HOST.heap and dir/HOST.smaps (making dir), for finding what holds the memory the
+// benchmark reports.
 func saveProfiles(b *testing.B, c kubernetes.Interface, h *devsite.Host, dir string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Errorf("profiles: %v", err)
+		return
+	}
 	heap, err := c.Discovery().RESTClient().Get().AbsPath("/debug/pprof/heap").DoRaw(context.Background())
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, h.Name+".heap"), heap, 0o644)

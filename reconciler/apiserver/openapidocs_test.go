@@ -83,10 +83,39 @@ func TestOpenAPIDocuments(t *testing.T) {
 			t.Errorf("/openapi/v3 does not index %s", gv)
 		}
 	}
-	path, _, _ := strings.Cut(index.Paths["apis/apps/v1"].ServerRelativeURL, "?")
+	// Each group's document is served, the same at its hash, in JSON and protobuf, with the
+	// meta kinds registered in every group scoped to its own.
+	url := index.Paths["apis/apps/v1"].ServerRelativeURL
+	path, _, _ := strings.Cut(url, "?")
 	apps, err := get(path, "")
 	if err != nil || !strings.Contains(string(apps), `"io.k8s.api.apps.v1.Deployment"`) {
-		t.Errorf("/openapi/v3/apis/apps/v1: no Deployment schema (%d bytes), %v", len(apps), err)
+		t.Fatalf("/openapi/v3/apis/apps/v1: no Deployment schema (%d bytes), %v", len(apps), err)
+	}
+	_, hash, _ := strings.Cut(url, "?hash=")
+	again, err := admin.Discovery().RESTClient().Get().AbsPath(path).Param("hash", hash).DoRaw(ctx)
+	if err != nil || string(again) != string(apps) {
+		t.Errorf("%s: %d bytes, %v; want the %d bytes of %s", url, len(again), err, len(apps), path)
+	}
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				GVKs []map[string]string `json:"x-kubernetes-group-version-kind"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(apps, &doc); err != nil {
+		t.Fatal(err)
+	}
+	gvks := doc.Components.Schemas["io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions"].GVKs
+	if len(gvks) != 2 || gvks[0]["group"]+"/"+gvks[0]["version"] != "/v1" || gvks[1]["group"]+"/"+gvks[1]["version"] != "apps/v1" {
+		t.Errorf("apps/v1 document: DeleteOptions of %v, want of core v1 and apps/v1 only", gvks)
+	}
+	if gvks := doc.Components.Schemas["io.k8s.api.apps.v1.Deployment"].GVKs; len(gvks) != 1 || gvks[0]["kind"] != "Deployment" {
+		t.Errorf("apps/v1 document: Deployment of %v", gvks)
+	}
+	pb, err = get(path, "application/com.github.proto-openapi.spec.v3@v1.0+protobuf")
+	if err != nil || len(pb) == 0 || pb[0] == '{' {
+		t.Errorf("%s in protobuf: %d bytes starting %q, %v", path, len(pb), pb[:min(len(pb), 16)], err)
 	}
 }
 
