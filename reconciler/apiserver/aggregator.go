@@ -130,22 +130,26 @@ func localGroupVersions(paths []string) []schema.GroupVersion {
 	var out []schema.GroupVersion
 	seen := map[schema.GroupVersion]bool{}
 	for _, p := range paths {
-		parts := strings.Split(strings.Trim(p, "/"), "/")
-		var gv schema.GroupVersion
-		switch {
-		case len(parts) == 2 && parts[0] == "api":
-			gv = schema.GroupVersion{Version: parts[1]}
-		case len(parts) == 3 && parts[0] == "apis":
-			gv = schema.GroupVersion{Group: parts[1], Version: parts[2]}
-		default:
-			continue
-		}
-		if !seen[gv] {
+		gv, ok := groupVersionOfPath(strings.Trim(p, "/"))
+		if ok && !seen[gv] {
 			seen[gv] = true
 			out = append(out, gv)
 		}
 	}
 	return out
+}
+
+// groupVersionOfPath returns the group version a path names: "api/v1" is core v1,
+// "apis/apps/v1" apps/v1.
+func groupVersionOfPath(path string) (schema.GroupVersion, bool) {
+	parts := strings.Split(path, "/")
+	switch {
+	case len(parts) == 2 && parts[0] == "api":
+		return schema.GroupVersion{Version: parts[1]}, true
+	case len(parts) == 3 && parts[0] == "apis":
+		return schema.GroupVersion{Group: parts[1], Version: parts[2]}, true
+	}
+	return schema.GroupVersion{}, false
 }
 
 // groupPriorities orders the groups in discovery (and so in kubectl's short-name and

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	restful "github.com/emicklei/go-restful/v3"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/mux"
 	"k8s.io/kube-openapi/pkg/builder"
@@ -56,8 +57,8 @@ func installOpenAPIV3(services *restful.Container, mux *mux.PathRecorderMux, con
 		if err != nil {
 			return nil, fmt.Errorf("build the OpenAPI v3 document of %s: %w", gv, err)
 		}
-		if group, version, ok := groupVersionOfPath(gv); ok {
-			scopeCrossRegisteredKinds(doc, group, version)
+		if gv, ok := groupVersionOfPath(gv); ok {
+			scopeCrossRegisteredKinds(doc, gv)
 		}
 		service.UpdateGroupVersion(gv, doc)
 		rec := httptest.NewRecorder()
@@ -83,24 +84,11 @@ func forgetOpenAPIModels(infos ...*genericapiserver.APIGroupInfo) {
 	}
 }
 
-// groupVersionOfPath returns the group and version a web service's root path names: "api/v1"
-// is ("", "v1"), "apis/apps/v1" ("apps", "v1").
-func groupVersionOfPath(path string) (group, version string, ok bool) {
-	parts := strings.Split(path, "/")
-	switch {
-	case len(parts) == 2 && parts[0] == "api":
-		return "", parts[1], true
-	case len(parts) == 3 && parts[0] == "apis":
-		return parts[1], parts[2], true
-	}
-	return "", "", false
-}
-
 // scopeCrossRegisteredKinds narrows the group-version-kinds of the meta kinds registered in
 // every group (WatchEvent and DeleteOptions) to those of doc's group version and core/v1, as
 // the generic server does: otherwise each document lists them in every group of the server,
 // and a client that maps a kind to its schema by them finds one schema in many documents.
-func scopeCrossRegisteredKinds(doc *spec3.OpenAPI, group, version string) {
+func scopeCrossRegisteredKinds(doc *spec3.OpenAPI, gv schema.GroupVersion) {
 	if doc.Components == nil {
 		return
 	}
@@ -121,7 +109,7 @@ func scopeCrossRegisteredKinds(doc *spec3.OpenAPI, group, version string) {
 			gvk, _ := item.(map[string]interface{})
 			g, _ := gvk["group"].(string)
 			v, _ := gvk["version"].(string)
-			if (g == group && v == version) || (g == "" && v == "v1") {
+			if (g == gv.Group && v == gv.Version) || (g == "" && v == "v1") {
 				scoped = append(scoped, item)
 			}
 		}

@@ -36,6 +36,12 @@ import (
 func BenchmarkGitOps(b *testing.B) {
 	rounds := envInt("FLOTILLA_BENCH_ROUNDS", 5)
 	perHost := envInt("FLOTILLA_BENCH_PODS_PER_HOST", 50)
+	profiles := os.Getenv("FLOTILLA_BENCH_PROFILES")
+	if profiles != "" {
+		if err := os.MkdirAll(profiles, 0o755); err != nil {
+			b.Fatalf("FLOTILLA_BENCH_PROFILES: %v", err)
+		}
+	}
 	s := newSite(b, 3)
 	sideLoad(b, s)
 	startSite(b, s)
@@ -182,8 +188,8 @@ spec: {url: %q, ref: {branch: main}, interval: 5s, serviceAccountName: site-depl
 			b.Logf("%s with %d pods: live Go heap %.1f MiB (after the last collection)", h.Name, perHost, live)
 			b.ReportMetric(live, "MiB-live-heap-"+h.Name)
 		}
-		if dir := os.Getenv("FLOTILLA_BENCH_PROFILES"); dir != "" {
-			saveProfiles(b, clientOf(b, h), h, dir)
+		if profiles != "" {
+			saveProfiles(b, clientOf(b, h), h, profiles)
 		}
 	}
 }
@@ -206,13 +212,8 @@ func liveHeap(c kubernetes.Interface) (float64, error) {
 }
 
 // saveProfiles writes the agent's heap profile (go tool pprof) and memory map (smaps) to
-// dir/HOST.heap and dir/HOST.smaps (making dir), for finding what holds the memory the
-// benchmark reports.
+// dir/HOST.heap and dir/HOST.smaps, for finding what holds the memory the benchmark reports.
 func saveProfiles(b *testing.B, c kubernetes.Interface, h *devsite.Host, dir string) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Errorf("profiles: %v", err)
-		return
-	}
 	heap, err := c.Discovery().RESTClient().Get().AbsPath("/debug/pprof/heap").DoRaw(context.Background())
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, h.Name+".heap"), heap, 0o644)
